@@ -1,0 +1,22 @@
+# Makes fax consumable with find_package(fax CONFIG): from the build tree (export) and from an
+# install prefix (install(EXPORT)).
+include(CMakePackageConfigHelpers)
+
+set(FAX_CMAKE_INSTALL_DIR "${CMAKE_INSTALL_LIBDIR}/cmake/fax")
+
+install(TARGETS fax_core EXPORT faxTargets
+  LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}"
+  ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}"
+  RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
+install(DIRECTORY core/include/ "${PROJECT_BINARY_DIR}/core/include/"
+  DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
+install(EXPORT faxTargets NAMESPACE fax:: DESTINATION "${FAX_CMAKE_INSTALL_DIR}")
+
+configure_package_config_file(cmake/faxConfig.cmake.in "${PROJECT_BINARY_DIR}/faxConfig.cmake"
+  INSTALL_DESTINATION "${FAX_CMAKE_INSTALL_DIR}")
+write_basic_package_version_file("${PROJECT_BINARY_DIR}/faxConfigVersion.cmake"
+  COMPATIBILITY SameMinorVersion)
+install(FILES "${PROJECT_BINARY_DIR}/faxConfig.cmake" "${PROJECT_BINARY_DIR}/faxConfigVersion.cmake"
+  DESTINATION "${FAX_CMAKE_INSTALL_DIR}")
+
+export(EXPORT faxTargets NAMESPACE fax:: FILE "${PROJECT_BINARY_DIR}/faxTargets.cmake")
