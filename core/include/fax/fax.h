@@ -1,9 +1,16 @@
 #pragma once
 
 /// The one header a plugin author reads first: placements, tensor trees, the federated primitives,
-/// programs and meshes, random streams, errors.
+/// programs and meshes, random streams, errors, and the algorithm plugin interface (models, data,
+/// local training, configuration).
 
+#include <fax/algorithm.h>
 #include <fax/cohort.h>
+#include <fax/config.h>
+#include <fax/data.h>
+#include <fax/local_training.h>
+#include <fax/model.h>
+#include <fax/plugin.h>
 #include <fax/communicator.h>
 #include <fax/error.h>
 #include <fax/placement.h>

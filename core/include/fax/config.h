@@ -1,0 +1,109 @@
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace fax {
+
+enum class KeyType { Int, Float, Bool, String };
+const char* to_string(KeyType type);
+
+/// One accepted configuration key.
+struct ConfigKey {
+  std::string name;           ///< dotted: "algorithm.client_lr"
+  KeyType type = KeyType::Float;
+  std::string default_value;  ///< YAML scalar text
+  std::string doc;
+  double min = -std::numeric_limits<double>::infinity();  ///< numbers: smallest accepted value
+  double max = std::numeric_limits<double>::infinity();   ///< numbers: largest accepted value
+  bool min_exclusive = false;                             ///< numbers: min itself is refused
+  std::vector<std::string> choices;                       ///< strings: the accepted values (empty: any)
+};
+
+// Declaring keys.
+ConfigKey int_key(std::string name, std::string default_value, std::string doc,
+                  double min = -std::numeric_limits<double>::infinity(),
+                  double max = std::numeric_limits<double>::infinity());
+ConfigKey float_key(std::string name, std::string default_value, std::string doc,
+                    double min = -std::numeric_limits<double>::infinity(),
+                    double max = std::numeric_limits<double>::infinity(), bool min_exclusive = false);
+ConfigKey bool_key(std::string name, std::string default_value, std::string doc);
+ConfigKey string_key(std::string name, std::string default_value, std::string doc,
+                     std::vector<std::string> choices = {});
+
+/// The keys an experiment may set: fax's own sections plus those its data set, model and algorithm
+/// declare. Order is declaration order and is the order of the resolved YAML.
+class Schema {
+ public:
+  void add(ConfigKey key);
+  /// Adds `keys` with `prefix` + "." in front of each name.
+  void add_all(const std::vector<ConfigKey>& keys, const std::string& prefix);
+  const ConfigKey* find(const std::string& name) const;
+  const std::vector<ConfigKey>& keys() const { return keys_; }
+
+ private:
+  std::vector<ConfigKey> keys_;
+};
+
+using ConfigValue = std::variant<int64_t, double, bool, std::string>;
+
+/// Where a setting came from, for error messages: "exp.yaml:3:5" or "--set a.b=1".
+struct ConfigOrigin {
+  std::string source;
+  int line = 0;    ///< 1-based; 0 when not from a file
+  int column = 0;  ///< 1-based
+  std::string str() const;
+};
+
+/// An experiment's settings: what the user wrote (YAML file, --set overrides), then, after
+/// resolve(), every key of the schema with its typed value (the user's or the default).
+class Config {
+ public:
+  /// Parses YAML text. `source` names it in errors (the file path).
+  static Config from_yaml(const std::string& text, const std::string& source);
+  static Config from_file(const std::string& path);
+
+  /// Applies one "dotted.key=value" override; later settings win.
+  void set(const std::string& assignment);
+
+  /// The user's raw text for `name` (before resolution), or `fallback` when not set.
+  std::string raw(const std::string& name, const std::string& fallback) const;
+
+  /// Checks every setting against `schema` (unknown key with a did-you-mean suggestion, wrong
+  /// type, out of range, not one of the choices: fax::Error naming file:line:col) and fills in
+  /// the defaults of keys the user did not set.
+  void resolve(const Schema& schema);
+  bool resolved() const { return resolved_; }
+
+  bool has(const std::string& name) const;
+  int64_t get_int(const std::string& name) const;
+  double get_float(const std::string& name) const;
+  bool get_bool(const std::string& name) const;
+  const std::string& get_string(const std::string& name) const;
+  /// Where the value of `name` came from ("default" for defaults).
+  ConfigOrigin origin(const std::string& name) const;
+
+  /// The resolved settings as nested YAML, in schema order.
+  std::string to_yaml() const;
+
+ private:
+  struct Entry {
+    std::string name;
+    std::string text;
+    ConfigOrigin origin;
+    ConfigValue value;
+  };
+  const Entry& entry(const std::string& name, const char* wanted) const;
+  void put(Entry entry);
+
+  std::vector<Entry> entries_;
+  bool resolved_ = false;
+};
+
+/// Edit distance, for did-you-mean suggestions.
+size_t edit_distance(const std::string& a, const std::string& b);
+
+}  // namespace fax

@@ -1,0 +1,37 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace fax {
+
+/// Examples of one client (or of a test split): inputs with a leading example axis and labels.
+struct Examples {
+  at::Tensor x;  ///< [n, ...features]
+  at::Tensor y;  ///< [n] int64 labels, or [n, ...] targets
+  int64_t size() const { return x.defined() ? x.size(0) : 0; }
+};
+
+/// A federated data set: a population of clients, each with its own training examples, and a
+/// held-out test split. Implementations are immutable after construction and safe to read from
+/// every executor thread at once.
+class FederatedDataset {
+ public:
+  virtual ~FederatedDataset() = default;
+
+  /// A short description for logs: "synthetic(alpha=1, beta=1): 100 clients".
+  virtual std::string describe() const = 0;
+  /// Clients in the population; client ids are 0 .. num_clients() - 1.
+  virtual int64_t num_clients() const = 0;
+  virtual int64_t num_examples(int64_t client) const = 0;
+  virtual Examples client(int64_t client) const = 0;
+  virtual const Examples& test() const = 0;
+  /// Shape of one input (without the example axis) and number of classes.
+  virtual std::vector<int64_t> input_shape() const = 0;
+  virtual int64_t num_classes() const = 0;
+};
+
+}  // namespace fax

@@ -1,0 +1,73 @@
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <fax/algorithm.h>
+#include <fax/cohort.h>
+#include <fax/config.h>
+#include <fax/data.h>
+#include <fax/model.h>
+#include <fax/program.h>
+#include <fax/run_log.h>
+
+namespace fax {
+
+/// fax's own experiment keys: seed, rounds, cohort.*, execution.*, logging.* and the names that
+/// select a data set, a model and an algorithm (data.name, model.name, algorithm.name). The keys
+/// of the chosen data set, model and algorithm are added by whoever assembles the experiment.
+Schema experiment_schema();
+
+/// The mesh an experiment asks for, with the automatic values resolved: logical_shards 0 ->
+/// min(cohort.size, 4); executors 0 -> min(hardware threads / threads, logical shards).
+MeshOptions mesh_options(const Config& config);
+
+/// The clients of round `round`: `size` distinct clients drawn uniformly from the population by
+/// the server's stream for (seed, round), weighted by their training example counts.
+Cohort sample_cohort(const FederatedDataset& data, int64_t size, uint64_t seed, int64_t round);
+
+/// What the progress callback gets after every round.
+struct RoundReport {
+  int64_t round = 0;   ///< rounds completed (1-based)
+  int64_t rounds = 0;  ///< rounds in the run
+  double elapsed_s = 0;
+  double eta_s = 0;
+  double clients_per_s = 0;
+  Metrics metrics;     ///< this round's metrics (eval/* only on evaluation rounds)
+};
+using ProgressFn = std::function<void(const RoundReport&)>;
+
+struct RunResult {
+  ServerState state;
+  Metrics last;        ///< the last round's metrics
+  double seconds = 0;
+};
+
+/// Runs an experiment: `rounds` rounds of `algorithm` on `data` with `model`, over the mesh the
+/// config asks for; evaluates on the test split every logging.eval_every rounds and after the last;
+/// logs every round to `log` (if given) and checkpoints every logging.checkpoint_every rounds and
+/// after the last.
+class Experiment {
+ public:
+  Experiment(const Config& config, Algorithm& algorithm, const Model& model, const FederatedDataset& data);
+
+  RunResult run(RunLog* log, const ProgressFn& progress);
+
+  /// Mean cross-entropy and accuracy of `params` on the test split ("eval/loss", "eval/accuracy"),
+  /// computed over the mesh.
+  Metrics evaluate(const TensorTree& params);
+
+  /// Environment entries for /env: versions, host, seed, mesh.
+  StringPairs environment() const;
+
+  Mesh& mesh() { return mesh_; }
+
+ private:
+  const Config& config_;
+  Algorithm& algorithm_;
+  const Model& model_;
+  const FederatedDataset& data_;
+  Mesh mesh_;
+};
+
+}  // namespace fax

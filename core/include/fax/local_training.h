@@ -1,0 +1,68 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include <ATen/core/Tensor.h>
+
+#include <fax/data.h>
+#include <fax/model.h>
+#include <fax/primitives.h>
+#include <fax/tensor_tree.h>
+
+namespace fax {
+
+/// One step's minibatch of a chunk of k clients.
+struct Batch {
+  at::Tensor x;     ///< [k, B, ...features]
+  at::Tensor y;     ///< [k, B]
+  at::Tensor mask;  ///< [k, B], 1 for a real example of the step, 0 for an unused slot
+};
+
+/// The minibatches of local training for a chunk of clients. Each client's examples are shuffled
+/// by its own random stream every epoch and cut into batches of `batch_size` (the last one of an
+/// epoch may be short). Step s holds every client's s-th batch. Clients with fewer or shorter
+/// batches are masked, never padded with made-up data: an unused slot repeats one of the client's
+/// own examples with weight 0, so it changes nothing.
+class ClientBatches {
+ public:
+  /// batch_size 0: each client's whole data set is one batch per epoch.
+  ClientBatches(const ClientChunk& chunk, const FederatedDataset& data, int64_t epochs, int64_t batch_size);
+
+  int64_t steps() const { return index_.size(0); }
+  int64_t clients() const { return index_.size(1); }
+  Batch batch(int64_t step) const;
+  /// Examples per client, [k] float.
+  const at::Tensor& examples() const { return examples_; }
+
+ private:
+  at::Tensor x_;      // the chunk's examples, concatenated client after client
+  at::Tensor y_;
+  at::Tensor index_;  // [steps, k, B] rows of x_
+  at::Tensor mask_;   // [steps, k, B]
+  at::Tensor examples_;
+};
+
+struct LocalSgdOptions {
+  /// Keep the graph through every step (for derivatives through local training: hypergradients).
+  bool create_graph = false;
+  /// Optional extra per-client loss on the current parameters ([k]), e.g. FedProx's proximal term.
+  std::function<at::Tensor(const TensorTree&)> penalty;
+};
+
+struct LocalSgdResult {
+  TensorTree params;  ///< [k, ...] after the last step
+  at::Tensor loss;    ///< [k] mean training loss over the examples seen
+};
+
+/// Mini-batch SGD on a chunk of clients at once: params [k, ...], learning rate `lr` (0-dim or
+/// [k]). Each client minimises the mean cross-entropy of its batch; masked slots weigh nothing and
+/// a client whose steps are over stays where it is.
+LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const TensorTree& params,
+                         const at::Tensor& lr, const LocalSgdOptions& options = {});
+
+/// Per-client mean cross-entropy and accuracy over a chunk's batches (no training), [k] each.
+std::pair<at::Tensor, at::Tensor> evaluate_batches(const Model& model, const ClientBatches& batches,
+                                                   const TensorTree& params);
+
+}  // namespace fax

@@ -1,0 +1,70 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include <fax/config.h>
+#include <fax/tensor_tree.h>
+
+namespace fax {
+
+/// A model as a pure function of a parameter tree. Every model runs batched over clients: when
+/// the leaves of `params` have a leading clients axis of size k, inputs have shape [k, batch, ...]
+/// and outputs [k, batch, ...]; without it, [batch, ...] -> [batch, ...].
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual std::string describe() const = 0;
+  /// Fresh parameters (no clients axis) drawn from `generator`.
+  virtual TensorTree init(at::Generator generator) const = 0;
+  virtual at::Tensor forward(const TensorTree& params, const at::Tensor& x) const = 0;
+  /// Multiply-adds times two of one example's forward pass, for FLOP counts.
+  virtual int64_t forward_flops() const = 0;
+};
+
+/// Per-example cross-entropy of logits [..., classes] against int64 labels [...].
+at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& labels);
+/// 1 where the arg-max class equals the label, else 0 (float, shape of labels).
+at::Tensor correct(const at::Tensor& logits, const at::Tensor& labels);
+
+/// Models fax builds by name (`model.name` in an experiment).
+struct ModelShape {
+  std::vector<int64_t> input_shape;
+  int64_t num_classes = 0;
+};
+
+struct ModelEntry {
+  std::string name;
+  std::string description;
+  std::vector<ConfigKey> keys;  ///< relative to "model."
+  std::function<std::unique_ptr<Model>(const Config&, const ModelShape&)> create;
+};
+
+const std::vector<ModelEntry>& model_registry();
+const ModelEntry& find_model(const std::string& name);
+
+/// Softmax (multinomial logistic) regression: logits = x W + b, inputs flattened.
+class SoftmaxRegression final : public Model {
+ public:
+  SoftmaxRegression(int64_t inputs, int64_t classes);
+  std::string describe() const override;
+  TensorTree init(at::Generator generator) const override;
+  at::Tensor forward(const TensorTree& params, const at::Tensor& x) const override;
+  int64_t forward_flops() const override { return 2 * inputs_ * classes_; }
+
+ private:
+  int64_t inputs_;
+  int64_t classes_;
+};
+
+/// A dense layer with an optional leading clients axis on its parameters: x [k, b, in] with
+/// w [k, in, out], bias [k, out] (one baddbmm), or x [b, in] with w [in, out], bias [out].
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
+
+}  // namespace fax

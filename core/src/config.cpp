@@ -1,0 +1,347 @@
+#include <fax/config.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include <fax/error.h>
+
+namespace fax {
+namespace {
+
+ConfigOrigin origin_of(const std::string& source, const YAML::Mark& mark) {
+  return {source, mark.line + 1, mark.column + 1};
+}
+
+// Flattens a YAML map into dotted names, rejecting what the schema cannot hold.
+void flatten(const YAML::Node& node, const std::string& prefix, const std::string& source,
+             std::vector<std::pair<std::string, std::pair<std::string, ConfigOrigin>>>& out) {
+  for (const auto& item : node) {
+    const std::string key = item.first.as<std::string>();
+    const std::string name = prefix.empty() ? key : prefix + "." + key;
+    const ConfigOrigin where = origin_of(source, item.first.Mark());
+    for (const auto& seen : out) {
+      FAX_CHECK(seen.first != name, "{}: duplicate key '{}' (first set at {})", where.str(), name, seen.second.second.str());
+    }
+    const YAML::Node& value = item.second;
+    if (value.IsMap()) {
+      flatten(value, name, source, out);
+    } else if (value.IsScalar()) {
+      out.push_back({name, {value.Scalar(), where}});
+    } else if (value.IsNull()) {
+      throw Error(fmt::format("{}: key '{}' has no value", where.str(), name));
+    } else {
+      throw Error(fmt::format("{}: key '{}' holds a list; it takes a single value", where.str(), name));
+    }
+  }
+}
+
+bool parse_int(const std::string& text, int64_t& out) {
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data() + (text.size() > 1 && text[0] == '+'), end, out);
+  return ec == std::errc() && ptr == end;
+}
+
+bool parse_float(const std::string& text, double& out) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  out = std::strtod(text.c_str(), &end);
+  return end == text.c_str() + text.size() && std::isfinite(out);
+}
+
+bool parse_bool(const std::string& text, bool& out) {
+  static const char* yes[] = {"true", "True", "TRUE", "yes", "Yes", "on", "On"};
+  static const char* no[] = {"false", "False", "FALSE", "no", "No", "off", "Off"};
+  for (const char* y : yes)
+    if (text == y) return out = true, true;
+  for (const char* n : no)
+    if (text == n) return out = false, true;
+  return false;
+}
+
+std::string describe_range(const ConfigKey& key) {
+  const bool has_min = std::isfinite(key.min);
+  const bool has_max = std::isfinite(key.max);
+  if (has_min && has_max) return fmt::format("in {}{}, {}]", key.min_exclusive ? "(" : "[", key.min, key.max);
+  if (has_min) return fmt::format("{} {}", key.min_exclusive ? ">" : ">=", key.min);
+  return fmt::format("<= {}", key.max);
+}
+
+ConfigValue parse_value(const ConfigKey& key, const std::string& text, const ConfigOrigin& where) {
+  auto wrong_type = [&]() {
+    return Error(fmt::format("{}: {}: expected {} {}, got '{}'", where.str(), key.name,
+                             key.type == KeyType::Int ? "an" : "a", to_string(key.type), text));
+  };
+  auto check_range = [&](double v) {
+    const bool below = key.min_exclusive ? v <= key.min : v < key.min;
+    FAX_CHECK(!below && v <= key.max, "{}: {}: {} is out of range (must be {})", where.str(), key.name, text,
+              describe_range(key));
+  };
+  switch (key.type) {
+    case KeyType::Int: {
+      int64_t v = 0;
+      if (!parse_int(text, v)) throw wrong_type();
+      check_range(static_cast<double>(v));
+      return v;
+    }
+    case KeyType::Float: {
+      double v = 0;
+      if (!parse_float(text, v)) throw wrong_type();
+      check_range(v);
+      return v;
+    }
+    case KeyType::Bool: {
+      bool v = false;
+      if (!parse_bool(text, v)) throw wrong_type();
+      return v;
+    }
+    case KeyType::String: {
+      if (!key.choices.empty() && std::find(key.choices.begin(), key.choices.end(), text) == key.choices.end()) {
+        throw Error(fmt::format("{}: {}: '{}' is not one of: {}", where.str(), key.name, text, fmt::join(key.choices, ", ")));
+      }
+      return text;
+    }
+  }
+  FAX_ASSERT(false, "unknown key type");
+  return text;
+}
+
+std::string suggestion(const Schema& schema, const std::string& name) {
+  const ConfigKey* best = nullptr;
+  size_t best_distance = std::string::npos;
+  const std::string leaf = name.substr(name.rfind('.') + 1);
+  for (const auto& key : schema.keys()) {
+    const std::string key_leaf = key.name.substr(key.name.rfind('.') + 1);
+    const size_t d = std::min(edit_distance(name, key.name), edit_distance(leaf, key_leaf) + 1);
+    if (d < best_distance) {
+      best_distance = d;
+      best = &key;
+    }
+  }
+  if (best == nullptr || best_distance > std::max<size_t>(2, name.size() / 3)) return "";
+  return fmt::format(" (did you mean '{}'?)", best->name);
+}
+
+std::string format_value(const ConfigValue& v) {
+  return std::visit([](const auto& x) -> std::string {
+    using T = std::decay_t<decltype(x)>;
+    if constexpr (std::is_same_v<T, bool>) return x ? "true" : "false";
+    else if constexpr (std::is_same_v<T, std::string>) return x;
+    else return fmt::format("{}", x);
+  }, v);
+}
+
+}  // namespace
+
+const char* to_string(KeyType type) {
+  switch (type) {
+    case KeyType::Int: return "integer";
+    case KeyType::Float: return "float";
+    case KeyType::Bool: return "bool";
+    case KeyType::String: return "string";
+  }
+  return "?";
+}
+
+ConfigKey int_key(std::string name, std::string default_value, std::string doc, double min, double max) {
+  return {std::move(name), KeyType::Int, std::move(default_value), std::move(doc), min, max, false, {}};
+}
+
+ConfigKey float_key(std::string name, std::string default_value, std::string doc, double min, double max,
+                    bool min_exclusive) {
+  return {std::move(name), KeyType::Float, std::move(default_value), std::move(doc), min, max, min_exclusive, {}};
+}
+
+ConfigKey bool_key(std::string name, std::string default_value, std::string doc) {
+  ConfigKey key;
+  key.name = std::move(name);
+  key.type = KeyType::Bool;
+  key.default_value = std::move(default_value);
+  key.doc = std::move(doc);
+  return key;
+}
+
+ConfigKey string_key(std::string name, std::string default_value, std::string doc, std::vector<std::string> choices) {
+  ConfigKey key;
+  key.name = std::move(name);
+  key.type = KeyType::String;
+  key.default_value = std::move(default_value);
+  key.doc = std::move(doc);
+  key.choices = std::move(choices);
+  return key;
+}
+
+std::string ConfigOrigin::str() const {
+  return line > 0 ? fmt::format("{}:{}:{}", source, line, column) : source;
+}
+
+void Schema::add(ConfigKey key) {
+  FAX_ASSERT(find(key.name) == nullptr, "config key '{}' declared twice", key.name);
+  keys_.push_back(std::move(key));
+}
+
+void Schema::add_all(const std::vector<ConfigKey>& keys, const std::string& prefix) {
+  for (ConfigKey key : keys) {
+    key.name = prefix + "." + key.name;
+    add(std::move(key));
+  }
+}
+
+const ConfigKey* Schema::find(const std::string& name) const {
+  for (const auto& key : keys_)
+    if (key.name == name) return &key;
+  return nullptr;
+}
+
+Config Config::from_yaml(const std::string& text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw Error(fmt::format("{}: YAML syntax error: {}", origin_of(source, e.mark).str(), e.msg));
+  }
+  Config config;
+  if (root.IsNull()) return config;
+  FAX_CHECK(root.IsMap(), "{}: an experiment is a YAML mapping of keys to values", origin_of(source, root.Mark()).str());
+  std::vector<std::pair<std::string, std::pair<std::string, ConfigOrigin>>> flat;
+  flatten(root, "", source, flat);
+  for (auto& [name, value] : flat) config.put({name, value.first, value.second, value.first});
+  return config;
+}
+
+Config Config::from_file(const std::string& path) {
+  std::ifstream in(path);
+  FAX_CHECK(in.good(), "{}: cannot open the experiment file", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return from_yaml(text.str(), path);
+}
+
+void Config::set(const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  FAX_CHECK(eq != std::string::npos && eq > 0, "--set {}: expected dotted.key=value", assignment);
+  const std::string name = assignment.substr(0, eq);
+  const ConfigOrigin where{"--set " + assignment, 0, 0};
+  YAML::Node value;
+  try {
+    value = YAML::Load(assignment.substr(eq + 1));
+  } catch (const YAML::ParserException& e) {
+    throw Error(fmt::format("{}: YAML syntax error in the value: {}", where.str(), e.msg));
+  }
+  FAX_CHECK(value.IsScalar(), "{}: the value must be a single scalar", where.str());
+  put({name, value.Scalar(), where, value.Scalar()});
+  resolved_ = false;
+}
+
+void Config::put(Entry e) {
+  for (auto& existing : entries_) {
+    if (existing.name == e.name) {
+      existing = std::move(e);
+      return;
+    }
+  }
+  entries_.push_back(std::move(e));
+}
+
+std::string Config::raw(const std::string& name, const std::string& fallback) const {
+  for (const auto& e : entries_)
+    if (e.name == name) return e.text;
+  return fallback;
+}
+
+void Config::resolve(const Schema& schema) {
+  std::vector<Entry> resolved;
+  for (const auto& e : entries_) {
+    const ConfigKey* key = schema.find(e.name);
+    if (key == nullptr) {
+      throw Error(fmt::format("{}: unknown key '{}'{}", e.origin.str(), e.name, suggestion(schema, e.name)));
+    }
+  }
+  for (const auto& key : schema.keys()) {
+    auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.name == key.name; });
+    if (it != entries_.end()) {
+      resolved.push_back({key.name, it->text, it->origin, parse_value(key, it->text, it->origin)});
+    } else {
+      const ConfigOrigin where{"default of " + key.name, 0, 0};
+      resolved.push_back({key.name, key.default_value, where, parse_value(key, key.default_value, where)});
+    }
+  }
+  entries_ = std::move(resolved);
+  resolved_ = true;
+}
+
+bool Config::has(const std::string& name) const {
+  return std::any_of(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.name == name; });
+}
+
+const Config::Entry& Config::entry(const std::string& name, const char* wanted) const {
+  FAX_ASSERT(resolved_, "config read before resolve(): {}", name);
+  for (const auto& e : entries_)
+    if (e.name == name) return e;
+  FAX_ASSERT(false, "config key '{}' ({}) is not in the schema", name, wanted);
+  return entries_.front();
+}
+
+int64_t Config::get_int(const std::string& name) const {
+  const auto* v = std::get_if<int64_t>(&entry(name, "integer").value);
+  FAX_ASSERT(v != nullptr, "config key '{}' is not an integer", name);
+  return *v;
+}
+
+double Config::get_float(const std::string& name) const {
+  const auto* v = std::get_if<double>(&entry(name, "float").value);
+  FAX_ASSERT(v != nullptr, "config key '{}' is not a float", name);
+  return *v;
+}
+
+bool Config::get_bool(const std::string& name) const {
+  const auto* v = std::get_if<bool>(&entry(name, "bool").value);
+  FAX_ASSERT(v != nullptr, "config key '{}' is not a bool", name);
+  return *v;
+}
+
+const std::string& Config::get_string(const std::string& name) const {
+  const auto* v = std::get_if<std::string>(&entry(name, "string").value);
+  FAX_ASSERT(v != nullptr, "config key '{}' is not a string", name);
+  return *v;
+}
+
+ConfigOrigin Config::origin(const std::string& name) const { return entry(name, "any").origin; }
+
+std::string Config::to_yaml() const {
+  YAML::Node root;
+  for (const auto& e : entries_) {
+    // Walk down the dotted path, creating maps, and set the leaf.
+    std::vector<YAML::Node> path{root};
+    size_t start = 0;
+    for (size_t dot = e.name.find('.'); dot != std::string::npos; dot = e.name.find('.', start)) {
+      path.push_back(path.back()[e.name.substr(start, dot - start)]);
+      start = dot + 1;
+    }
+    path.back()[e.name.substr(start)] = format_value(e.value);
+  }
+  YAML::Emitter out;
+  out << root;
+  return std::string(out.c_str()) + "\n";
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace fax

@@ -1,0 +1,211 @@
+#include <fax/experiment.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <torch/version.h>
+
+#include <fax/error.h>
+#include <fax/primitives.h>
+#include <fax/rng.h>
+#include <fax/version.h>
+
+namespace fax {
+namespace {
+
+constexpr int64_t kEvalBatch = 1024;
+
+// Packs what a round returns into one tree (prefix/name) so it travels as one server value.
+void put_prefixed(TensorTree& out, const std::string& prefix, const TensorTree& in) {
+  for (const auto& [name, t] : in) out.set(prefix + name, t);
+}
+
+TensorTree take_prefixed(const TensorTree& in, const std::string& prefix) {
+  TensorTree out;
+  for (const auto& [name, t] : in)
+    if (name.rfind(prefix, 0) == 0) out.set(name.substr(prefix.size()), t);
+  return out;
+}
+
+bool due(int64_t every, int64_t completed, int64_t rounds) {
+  return completed == rounds || (every > 0 && completed % every == 0);
+}
+
+std::string host_name() {
+  char buffer[256] = {0};
+  return gethostname(buffer, sizeof(buffer) - 1) == 0 ? buffer : "unknown";
+}
+
+}  // namespace
+
+Schema experiment_schema() {
+  Schema s;
+  s.add(int_key("seed", "0", "seed of every random stream (cohorts, client shuffles, data, init)", 0));
+  s.add(int_key("rounds", "100", "federated rounds to run", 1));
+  s.add(int_key("cohort.size", "10", "clients sampled per round (uniformly, without replacement)", 1));
+  s.add(string_key("data.name", "synthetic", "the federated data set"));
+  s.add(string_key("model.name", "softmax_regression", "the model"));
+  s.add(string_key("algorithm.name", "fedavg", "the algorithm plugin (fax_<name>.so), or a path to one"));
+  s.add(int_key("execution.executors", "0",
+                "executor threads; 0: as many as the machine's cores allow, at most logical_shards", 0));
+  s.add(int_key("execution.logical_shards", "0",
+                "logical shards of the cohort; results depend on this, never on executors; 0: min(cohort.size, 4)", 0));
+  s.add(int_key("execution.threads", "1", "LibTorch intra-op threads per executor (part of the reproducibility key)", 1));
+  s.add(int_key("execution.vectorize", "0", "clients per batched map_clients chunk; 0: a whole logical shard", 0));
+  s.add(int_key("logging.eval_every", "10", "evaluate on the test split every K rounds (and after the last); 0: last only", 0));
+  s.add(int_key("logging.progress_every", "10", "when stdout is not a terminal, print a progress line every K rounds", 1));
+  s.add(bool_key("logging.per_client", "false", "log per-client metrics (round x cohort) under /clients"));
+  s.add(int_key("logging.checkpoint_every", "0", "checkpoint the server state every K rounds (and after the last); 0: last only", 0));
+  return s;
+}
+
+MeshOptions mesh_options(const Config& config) {
+  MeshOptions o;
+  o.threads_per_executor = static_cast<int>(config.get_int("execution.threads"));
+  o.vectorize = config.get_int("execution.vectorize");
+  o.logical_shards = config.get_int("execution.logical_shards");
+  if (o.logical_shards == 0) o.logical_shards = std::min<int64_t>(config.get_int("cohort.size"), 4);
+  o.executors = static_cast<int>(config.get_int("execution.executors"));
+  if (o.executors == 0) {
+    const int cores = std::max(1u, std::thread::hardware_concurrency());
+    o.executors = static_cast<int>(std::min<int64_t>(std::max(1, cores / o.threads_per_executor), o.logical_shards));
+  }
+  FAX_CHECK(o.logical_shards <= config.get_int("cohort.size"),
+            "{}: execution.logical_shards ({}) exceeds cohort.size ({}): every logical shard needs a client",
+            config.origin("execution.logical_shards").str(), o.logical_shards, config.get_int("cohort.size"));
+  FAX_CHECK(o.executors <= o.logical_shards,
+            "{}: execution.executors ({}) exceeds execution.logical_shards ({}): every executor needs a logical shard",
+            config.origin("execution.executors").str(), o.executors, o.logical_shards);
+  return o;
+}
+
+Cohort sample_cohort(const FederatedDataset& data, int64_t size, uint64_t seed, int64_t round) {
+  const int64_t population = data.num_clients();
+  FAX_CHECK(size <= population, "cohort.size ({}) is larger than the population of {} ({} clients)", size,
+            data.describe(), population);
+  const at::Tensor picked = at::randperm(population, server_generator(seed, round), at::kLong).narrow(0, 0, size);
+  std::vector<int64_t> ids(picked.data_ptr<int64_t>(), picked.data_ptr<int64_t>() + size);
+  std::vector<double> weights;
+  weights.reserve(size);
+  for (int64_t id : ids) weights.push_back(static_cast<double>(data.num_examples(id)));
+  return Cohort(std::move(ids), std::move(weights));
+}
+
+Experiment::Experiment(const Config& config, Algorithm& algorithm, const Model& model, const FederatedDataset& data)
+    : config_(config), algorithm_(algorithm), model_(model), data_(data), mesh_(mesh_options(config)) {}
+
+StringPairs Experiment::environment() const {
+  const MeshOptions& o = mesh_.options();
+  return {{"fax_version", FAX_VERSION},
+          {"torch_version", TORCH_VERSION},
+          {"host", host_name()},
+          {"seed", std::to_string(config_.get_int("seed"))},
+          {"executors", std::to_string(o.executors)},
+          {"logical_shards", std::to_string(o.logical_shards)},
+          {"threads_per_executor", std::to_string(o.threads_per_executor)},
+          {"vectorize", std::to_string(o.vectorize)},
+          {"hardware_threads", std::to_string(std::thread::hardware_concurrency())},
+          {"data", data_.describe()},
+          {"model", model_.describe()}};
+}
+
+Metrics Experiment::evaluate(const TensorTree& params) {
+  const Examples& test = data_.test();
+  FAX_CHECK(test.size() > 0, "{} has no test examples to evaluate on", data_.describe());
+  // The test split is cut into one pseudo-client per logical shard, so evaluation is spread over
+  // the executors and, like training, independent of their number.
+  const int64_t parts = std::min<int64_t>(mesh_.options().logical_shards, test.size());
+  const at::Tensor totals = mesh_.run(Cohort::range(parts), [&](Program&) {
+    const auto sums = map_clients(MapOptions{1}, [&](const ClientChunk& c) {
+      at::NoGradGuard no_grad;
+      const int64_t part = c.client_id(0);
+      const int64_t begin = test.size() * part / parts;
+      const int64_t end = test.size() * (part + 1) / parts;
+      at::Tensor acc = at::zeros({3}, at::kDouble);
+      for (int64_t b = begin; b < end; b += kEvalBatch) {
+        const int64_t n = std::min(kEvalBatch, end - b);
+        const at::Tensor logits = model_.forward(params, test.x.narrow(0, b, n));
+        const at::Tensor y = test.y.narrow(0, b, n);
+        acc[0] += cross_entropy(logits, y).sum().to(at::kDouble);
+        acc[1] += correct(logits, y).sum().to(at::kDouble);
+        acc[2] += static_cast<double>(n);
+      }
+      return acc.unsqueeze(0);
+    });
+    return sum(sums);
+  }).value();
+  const double n = totals[2].item<double>();
+  return {{"eval/loss", totals[0].item<double>() / n}, {"eval/accuracy", totals[1].item<double>() / n}};
+}
+
+RunResult Experiment::run(RunLog* log, const ProgressFn& progress) {
+  const uint64_t seed = static_cast<uint64_t>(config_.get_int("seed"));
+  const int64_t rounds = config_.get_int("rounds");
+  const int64_t cohort_size = config_.get_int("cohort.size");
+  const int64_t eval_every = config_.get_int("logging.eval_every");
+  const int64_t checkpoint_every = config_.get_int("logging.checkpoint_every");
+  const bool per_client = config_.get_bool("logging.per_client");
+
+  RunResult result;
+  result.state = algorithm_.init(config_, model_, model_.init(server_generator(seed, -1)));
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t r = 0; r < rounds; ++r) {
+    const auto round_start = std::chrono::steady_clock::now();
+    const Cohort cohort = sample_cohort(data_, cohort_size, seed, r);
+    const TensorTree packed = mesh_.run(cohort, [&](Program& p) {
+      // Each executor works on its own copy: the algorithm's updates never touch shared tensors.
+      ServerState state{clone(result.state.params), clone(result.state.extra)};
+      RoundContext ctx{p, model_, data_, r};
+      RoundMetrics metrics = algorithm_.round(state, ctx);
+      TensorTree out;
+      put_prefixed(out, "params/", state.params);
+      put_prefixed(out, "extra/", state.extra);
+      put_prefixed(out, "metrics/", metrics.server);
+      if (per_client) {
+        for (const auto& [name, values] : metrics.clients) out.set("clients/" + name, collect(values).value());
+      }
+      return Server<TensorTree>(std::move(out));
+    }, {seed, r}).value();
+    result.state = {take_prefixed(packed, "params/"), take_prefixed(packed, "extra/")};
+
+    Metrics metrics;
+    for (const auto& [name, t] : take_prefixed(packed, "metrics/")) {
+      FAX_CHECK(t.numel() == 1, "round {}: metric '{}' has {} values; a server metric is one number", r + 1, name,
+                t.numel());
+      metrics.emplace_back(name, t.item<double>());
+    }
+    metrics.emplace_back("time/round_s",
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - round_start).count());
+    const int64_t completed = r + 1;
+    if (due(eval_every, completed, rounds)) {
+      for (auto& m : evaluate(algorithm_.eval_params(result.state))) metrics.push_back(m);
+    }
+    if (log != nullptr) {
+      log->append(completed, metrics);
+      if (per_client) {
+        std::vector<std::pair<std::string, at::Tensor>> values;
+        for (const auto& [name, t] : take_prefixed(packed, "clients/")) values.emplace_back(name, t);
+        log->append_clients(at::tensor(cohort.ids(), at::kLong), values);
+      }
+      if (due(checkpoint_every, completed, rounds)) {
+        TensorTree state;
+        put_prefixed(state, "params/", result.state.params);
+        put_prefixed(state, "extra/", result.state.extra);
+        log->checkpoint(completed, state);
+      }
+    }
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    result.last = metrics;
+    result.seconds = elapsed;
+    if (progress) {
+      progress({completed, rounds, elapsed, elapsed / completed * (rounds - completed),
+                static_cast<double>(cohort_size * completed) / std::max(elapsed, 1e-9), metrics});
+    }
+  }
+  return result;
+}
+
+}  // namespace fax
