@@ -4,11 +4,11 @@ include(CMakePackageConfigHelpers)
 
 set(FAX_CMAKE_INSTALL_DIR "${CMAKE_INSTALL_LIBDIR}/cmake/fax")
 
-install(TARGETS fax_core EXPORT faxTargets
+install(TARGETS fax_core fax_datasets EXPORT faxTargets
   LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}"
   ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}"
   RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
-install(DIRECTORY core/include/ "${PROJECT_BINARY_DIR}/core/include/"
+install(DIRECTORY core/include/ datasets/include/ "${PROJECT_BINARY_DIR}/core/include/"
   DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
 install(EXPORT faxTargets NAMESPACE fax:: DESTINATION "${FAX_CMAKE_INSTALL_DIR}")
 
@@ -17,6 +17,9 @@ configure_package_config_file(cmake/faxConfig.cmake.in "${PROJECT_BINARY_DIR}/fa
 write_basic_package_version_file("${PROJECT_BINARY_DIR}/faxConfigVersion.cmake"
   COMPATIBILITY SameMinorVersion)
 install(FILES "${PROJECT_BINARY_DIR}/faxConfig.cmake" "${PROJECT_BINARY_DIR}/faxConfigVersion.cmake"
+  cmake/FaxPlugin.cmake
   DESTINATION "${FAX_CMAKE_INSTALL_DIR}")
 
 export(EXPORT faxTargets NAMESPACE fax:: FILE "${PROJECT_BINARY_DIR}/faxTargets.cmake")
+# The build tree's package finds fax_add_plugin next to its config, as an installed one does.
+configure_file(cmake/FaxPlugin.cmake "${PROJECT_BINARY_DIR}/FaxPlugin.cmake" COPYONLY)

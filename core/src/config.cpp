@@ -17,21 +17,28 @@ ConfigOrigin origin_of(const std::string& source, const YAML::Mark& mark) {
   return {source, mark.line + 1, mark.column + 1};
 }
 
+struct FlatSetting {
+  std::string name;
+  std::string text;
+  ConfigOrigin value_origin;
+  ConfigOrigin key_origin;
+};
+
 // Flattens a YAML map into dotted names, rejecting what the schema cannot hold.
 void flatten(const YAML::Node& node, const std::string& prefix, const std::string& source,
-             std::vector<std::pair<std::string, std::pair<std::string, ConfigOrigin>>>& out) {
+             std::vector<FlatSetting>& out) {
   for (const auto& item : node) {
     const std::string key = item.first.as<std::string>();
     const std::string name = prefix.empty() ? key : prefix + "." + key;
     const ConfigOrigin where = origin_of(source, item.first.Mark());
     for (const auto& seen : out) {
-      FAX_CHECK(seen.first != name, "{}: duplicate key '{}' (first set at {})", where.str(), name, seen.second.second.str());
+      FAX_CHECK(seen.name != name, "{}: duplicate key '{}' (first set at {})", where.str(), name, seen.key_origin.str());
     }
     const YAML::Node& value = item.second;
     if (value.IsMap()) {
       flatten(value, name, source, out);
     } else if (value.IsScalar()) {
-      out.push_back({name, {value.Scalar(), where}});
+      out.push_back({name, value.Scalar(), origin_of(source, value.Mark()), where});
     } else if (value.IsNull()) {
       throw Error(fmt::format("{}: key '{}' has no value", where.str(), name));
     } else {
@@ -63,14 +70,6 @@ bool parse_bool(const std::string& text, bool& out) {
   return false;
 }
 
-std::string describe_range(const ConfigKey& key) {
-  const bool has_min = std::isfinite(key.min);
-  const bool has_max = std::isfinite(key.max);
-  if (has_min && has_max) return fmt::format("in {}{}, {}]", key.min_exclusive ? "(" : "[", key.min, key.max);
-  if (has_min) return fmt::format("{} {}", key.min_exclusive ? ">" : ">=", key.min);
-  return fmt::format("<= {}", key.max);
-}
-
 ConfigValue parse_value(const ConfigKey& key, const std::string& text, const ConfigOrigin& where) {
   auto wrong_type = [&]() {
     return Error(fmt::format("{}: {}: expected {} {}, got '{}'", where.str(), key.name,
@@ -79,7 +78,7 @@ ConfigValue parse_value(const ConfigKey& key, const std::string& text, const Con
   auto check_range = [&](double v) {
     const bool below = key.min_exclusive ? v <= key.min : v < key.min;
     FAX_CHECK(!below && v <= key.max, "{}: {}: {} is out of range (must be {})", where.str(), key.name, text,
-              describe_range(key));
+              describe_constraints(key));
   };
   switch (key.type) {
     case KeyType::Int: {
@@ -110,19 +109,27 @@ ConfigValue parse_value(const ConfigKey& key, const std::string& text, const Con
   return text;
 }
 
+std::string section_of(const std::string& name) {
+  const size_t dot = name.rfind('.');
+  return dot == std::string::npos ? "" : name.substr(0, dot);
+}
+
+// The closest known key: by its last part among keys of the same section (a typo in the key), or
+// by the whole dotted name (a typo in the section).
 std::string suggestion(const Schema& schema, const std::string& name) {
+  const std::string section = section_of(name);
+  const std::string leaf = name.substr(section.empty() ? 0 : section.size() + 1);
   const ConfigKey* best = nullptr;
   size_t best_distance = std::string::npos;
-  const std::string leaf = name.substr(name.rfind('.') + 1);
   for (const auto& key : schema.keys()) {
-    const std::string key_leaf = key.name.substr(key.name.rfind('.') + 1);
-    const size_t d = std::min(edit_distance(name, key.name), edit_distance(leaf, key_leaf) + 1);
+    size_t d = edit_distance(name, key.name);
+    if (section_of(key.name) == section) d = std::min(d, edit_distance(leaf, key.name.substr(key.name.rfind('.') + 1)));
     if (d < best_distance) {
       best_distance = d;
       best = &key;
     }
   }
-  if (best == nullptr || best_distance > std::max<size_t>(2, name.size() / 3)) return "";
+  if (best == nullptr || best_distance > std::max<size_t>(2, leaf.size() / 3)) return "";
   return fmt::format(" (did you mean '{}'?)", best->name);
 }
 
@@ -131,7 +138,11 @@ std::string format_value(const ConfigValue& v) {
     using T = std::decay_t<decltype(x)>;
     if constexpr (std::is_same_v<T, bool>) return x ? "true" : "false";
     else if constexpr (std::is_same_v<T, std::string>) return x;
-    else return fmt::format("{}", x);
+    else if constexpr (std::is_same_v<T, double>) {
+      // Keep floats recognisable as floats ("1.0", not "1") in the resolved YAML.
+      std::string text = fmt::format("{}", x);
+      return text.find_first_of(".en") == std::string::npos ? text + ".0" : text;
+    } else return fmt::format("{}", x);
   }, v);
 }
 
@@ -147,6 +158,16 @@ const char* to_string(KeyType type) {
   return "?";
 }
 
+std::string describe_constraints(const ConfigKey& key) {
+  if (!key.choices.empty()) return fmt::format("one of {}", fmt::join(key.choices, ", "));
+  const bool has_min = std::isfinite(key.min);
+  const bool has_max = std::isfinite(key.max);
+  if (has_min && has_max) return fmt::format("in {}{}, {}]", key.min_exclusive ? "(" : "[", key.min, key.max);
+  if (has_min) return fmt::format("{} {}", key.min_exclusive ? ">" : ">=", key.min);
+  if (has_max) return fmt::format("<= {}", key.max);
+  return "";
+}
+
 ConfigKey int_key(std::string name, std::string default_value, std::string doc, double min, double max) {
   return {std::move(name), KeyType::Int, std::move(default_value), std::move(doc), min, max, false, {}};
 }
@@ -154,6 +175,11 @@ ConfigKey int_key(std::string name, std::string default_value, std::string doc, 
 ConfigKey float_key(std::string name, std::string default_value, std::string doc, double min, double max,
                     bool min_exclusive) {
   return {std::move(name), KeyType::Float, std::move(default_value), std::move(doc), min, max, min_exclusive, {}};
+}
+
+ConfigKey positive_float_key(std::string name, std::string default_value, std::string doc) {
+  return float_key(std::move(name), std::move(default_value), std::move(doc), 0, std::numeric_limits<double>::infinity(),
+                   true);
 }
 
 ConfigKey bool_key(std::string name, std::string default_value, std::string doc) {
@@ -207,9 +233,9 @@ Config Config::from_yaml(const std::string& text, const std::string& source) {
   Config config;
   if (root.IsNull()) return config;
   FAX_CHECK(root.IsMap(), "{}: an experiment is a YAML mapping of keys to values", origin_of(source, root.Mark()).str());
-  std::vector<std::pair<std::string, std::pair<std::string, ConfigOrigin>>> flat;
+  std::vector<FlatSetting> flat;
   flatten(root, "", source, flat);
-  for (auto& [name, value] : flat) config.put({name, value.first, value.second, value.first});
+  for (auto& f : flat) config.put({f.name, f.text, f.value_origin, f.key_origin, f.text});
   return config;
 }
 
@@ -233,7 +259,7 @@ void Config::set(const std::string& assignment) {
     throw Error(fmt::format("{}: YAML syntax error in the value: {}", where.str(), e.msg));
   }
   FAX_CHECK(value.IsScalar(), "{}: the value must be a single scalar", where.str());
-  put({name, value.Scalar(), where, value.Scalar()});
+  put({name, value.Scalar(), where, where, value.Scalar()});
   resolved_ = false;
 }
 
@@ -253,21 +279,27 @@ std::string Config::raw(const std::string& name, const std::string& fallback) co
   return fallback;
 }
 
+ConfigOrigin Config::raw_origin(const std::string& name, const std::string& fallback) const {
+  for (const auto& e : entries_)
+    if (e.name == name) return e.origin;
+  return {fallback, 0, 0};
+}
+
 void Config::resolve(const Schema& schema) {
   std::vector<Entry> resolved;
   for (const auto& e : entries_) {
     const ConfigKey* key = schema.find(e.name);
     if (key == nullptr) {
-      throw Error(fmt::format("{}: unknown key '{}'{}", e.origin.str(), e.name, suggestion(schema, e.name)));
+      throw Error(fmt::format("{}: unknown key '{}'{}", e.key_origin.str(), e.name, suggestion(schema, e.name)));
     }
   }
   for (const auto& key : schema.keys()) {
     auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.name == key.name; });
     if (it != entries_.end()) {
-      resolved.push_back({key.name, it->text, it->origin, parse_value(key, it->text, it->origin)});
+      resolved.push_back({key.name, it->text, it->origin, it->key_origin, parse_value(key, it->text, it->origin)});
     } else {
       const ConfigOrigin where{"default of " + key.name, 0, 0};
-      resolved.push_back({key.name, key.default_value, where, parse_value(key, key.default_value, where)});
+      resolved.push_back({key.name, key.default_value, where, where, parse_value(key, key.default_value, where)});
     }
   }
   entries_ = std::move(resolved);
@@ -312,20 +344,46 @@ const std::string& Config::get_string(const std::string& name) const {
 
 ConfigOrigin Config::origin(const std::string& name) const { return entry(name, "any").origin; }
 
+namespace {
+
+// Nested sections in first-appearance order, for emitting dotted keys as YAML maps.
+struct Section {
+  std::string value;
+  std::vector<std::pair<std::string, Section>> children;
+
+  Section& child(const std::string& name) {
+    for (auto& [key, section] : children)
+      if (key == name) return section;
+    children.emplace_back(name, Section{});
+    return children.back().second;
+  }
+
+  void emit(YAML::Emitter& out) const {
+    out << YAML::BeginMap;
+    for (const auto& [key, section] : children) {
+      out << YAML::Key << key << YAML::Value;
+      if (section.children.empty()) out << section.value;
+      else section.emit(out);
+    }
+    out << YAML::EndMap;
+  }
+};
+
+}  // namespace
+
 std::string Config::to_yaml() const {
-  YAML::Node root;
+  Section root;
   for (const auto& e : entries_) {
-    // Walk down the dotted path, creating maps, and set the leaf.
-    std::vector<YAML::Node> path{root};
+    Section* node = &root;
     size_t start = 0;
     for (size_t dot = e.name.find('.'); dot != std::string::npos; dot = e.name.find('.', start)) {
-      path.push_back(path.back()[e.name.substr(start, dot - start)]);
+      node = &node->child(e.name.substr(start, dot - start));
       start = dot + 1;
     }
-    path.back()[e.name.substr(start)] = format_value(e.value);
+    node->child(e.name.substr(start)).value = format_value(e.value);
   }
   YAML::Emitter out;
-  out << root;
+  root.emit(out);
   return std::string(out.c_str()) + "\n";
 }
 

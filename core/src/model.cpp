@@ -60,9 +60,12 @@ const std::vector<ModelEntry>& model_registry() {
 }
 
 const ModelEntry& find_model(const std::string& name) {
-  for (const auto& entry : model_registry())
+  std::vector<std::string> names;
+  for (const auto& entry : model_registry()) {
     if (entry.name == name) return entry;
-  throw Error(fmt::format("unknown model '{}'", name));
+    names.push_back(entry.name);
+  }
+  throw Error(fmt::format("unknown model '{}' (available: {})", name, fmt::join(names, ", ")));
 }
 
 }  // namespace fax

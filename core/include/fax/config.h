@@ -30,9 +30,15 @@ ConfigKey int_key(std::string name, std::string default_value, std::string doc,
 ConfigKey float_key(std::string name, std::string default_value, std::string doc,
                     double min = -std::numeric_limits<double>::infinity(),
                     double max = std::numeric_limits<double>::infinity(), bool min_exclusive = false);
+/// A float that must be > 0 (learning rates, scales).
+ConfigKey positive_float_key(std::string name, std::string default_value, std::string doc);
 ConfigKey bool_key(std::string name, std::string default_value, std::string doc);
 ConfigKey string_key(std::string name, std::string default_value, std::string doc,
                      std::vector<std::string> choices = {});
+
+/// What a key accepts beyond its type, for messages and listings: "> 0", "in [0, 0.999]",
+/// "one of a, b", or "" when anything of its type goes.
+std::string describe_constraints(const ConfigKey& key);
 
 /// The keys an experiment may set: fax's own sections plus those its data set, model and algorithm
 /// declare. Order is declaration order and is the order of the resolved YAML.
@@ -71,6 +77,8 @@ class Config {
 
   /// The user's raw text for `name` (before resolution), or `fallback` when not set.
   std::string raw(const std::string& name, const std::string& fallback) const;
+  /// Where the user set `name` (before resolution); `fallback` as the source when not set.
+  ConfigOrigin raw_origin(const std::string& name, const std::string& fallback) const;
 
   /// Checks every setting against `schema` (unknown key with a did-you-mean suggestion, wrong
   /// type, out of range, not one of the choices: fax::Error naming file:line:col) and fills in
@@ -93,7 +101,8 @@ class Config {
   struct Entry {
     std::string name;
     std::string text;
-    ConfigOrigin origin;
+    ConfigOrigin origin;      ///< of the value
+    ConfigOrigin key_origin;  ///< of the key (unknown-key errors point here)
     ConfigValue value;
   };
   const Entry& entry(const std::string& name, const char* wanted) const;

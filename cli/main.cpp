@@ -1,0 +1,80 @@
+// fax-run: run federated experiments from YAML, list algorithm plugins, inspect run logs.
+// Exit codes: 0 success, 2 a user error (bad input, reported as one line on stderr), 1 an
+// internal failure.
+
+#include <cstdio>
+#include <exception>
+
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+#include <torch/version.h>
+
+#include <fax/error.h>
+#include <fax/version.h>
+
+#include "commands.h"
+
+namespace {
+
+constexpr int kUserError = 2;
+constexpr int kInternalError = 1;
+
+void add_plugin_dir_option(CLI::App& app, std::vector<std::string>& dirs) {
+  app.add_option("--plugin-dir", dirs,
+                 "directory searched first for algorithm plugins (fax_<name>.so); repeatable. Then "
+                 "FAX_PLUGIN_PATH (colon-separated), then <prefix>/lib/fax/plugins")
+      ->type_name("DIR");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fax-run: federated learning experiments on LibTorch"};
+  app.set_version_flag("--version", fmt::format("fax-run {} (LibTorch {})", FAX_VERSION, TORCH_VERSION));
+  app.require_subcommand(1);
+
+  fax::cli::RunOptions run;
+  CLI::App* run_cmd = app.add_subcommand("run", "run an experiment and log it to HDF5");
+  run_cmd->add_option("experiment", run.experiment, "the experiment, a YAML file")->required()->type_name("EXPERIMENT.yaml");
+  run_cmd->add_option("--set", run.overrides, "override a setting, e.g. --set algorithm.client_lr=0.05; repeatable")
+      ->type_name("KEY=VALUE");
+  run_cmd->add_option("-o,--output", run.output, "the HDF5 run log to write (default: <experiment name>.h5)")
+      ->type_name("RUN.h5");
+  add_plugin_dir_option(*run_cmd, run.plugin_dirs);
+  run_cmd->add_flag("--dry-run", run.dry_run, "print the resolved settings and stop");
+  run_cmd->add_flag("-q,--quiet", run.quiet, "no progress output");
+
+  fax::cli::PluginsOptions plugins;
+  CLI::App* plugins_cmd = app.add_subcommand("plugins", "list the algorithm plugins found, with versions and keys");
+  add_plugin_dir_option(*plugins_cmd, plugins.plugin_dirs);
+
+  fax::cli::InspectOptions inspect;
+  CLI::App* inspect_cmd = app.add_subcommand("inspect", "summarise a run log: settings, environment, last rounds");
+  inspect_cmd->add_option("run", inspect.run, "the run log")->required()->type_name("RUN.h5");
+  inspect_cmd->add_option("--last", inspect.last, "rounds to show")->check(CLI::PositiveNumber);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "fax-run: %s (see fax-run %s--help)\n", e.what(),
+                 app.get_subcommands().empty() ? "" : (app.get_subcommands().front()->get_name() + " ").c_str());
+    return kUserError;
+  }
+
+  try {
+    if (run_cmd->parsed()) return fax::cli::run_command(run);
+    if (plugins_cmd->parsed()) return fax::cli::plugins_command(plugins);
+    return fax::cli::inspect_command(inspect);
+  } catch (const fax::Error& e) {
+    std::fprintf(stderr, "fax-run: %s\n", e.what());
+    return kUserError;
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "fax-run: internal error: %s\n", e.what_without_backtrace());
+    return kInternalError;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fax-run: internal error: %s\n", e.what());
+    return kInternalError;
+  }
+}

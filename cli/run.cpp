@@ -1,0 +1,117 @@
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include <fax/error.h>
+#include <fax/experiment.h>
+#include <fax/run_log.h>
+
+#include "commands.h"
+#include "setup.h"
+
+namespace fax::cli {
+namespace {
+
+std::string format_metrics(const Metrics& metrics) {
+  std::string out;
+  for (const auto& [name, value] : metrics) {
+    if (name.rfind("time/", 0) == 0 || std::isnan(value)) continue;
+    out += fmt::format("  {} {:.4f}", name, value);
+  }
+  return out;
+}
+
+std::string format_seconds(double s) {
+  if (s < 60) return fmt::format("{:.1f}s", s);
+  if (s < 3600) return fmt::format("{}m{:02d}s", static_cast<int>(s / 60), static_cast<int>(s) % 60);
+  return fmt::format("{}h{:02d}m", static_cast<int>(s / 3600), static_cast<int>(s / 60) % 60);
+}
+
+// A progress line per round: rewritten in place on a terminal, a plain line every K rounds (and
+// the last) otherwise. Evaluation metrics stay on the line until the next evaluation.
+class ProgressPrinter {
+ public:
+  ProgressPrinter(int64_t every, bool quiet) : every_(every), quiet_(quiet), tty_(isatty(STDOUT_FILENO) != 0) {}
+
+  void operator()(const RoundReport& r) {
+    Metrics shown;
+    for (const auto& m : r.metrics) {
+      if (m.first.rfind("eval/", 0) == 0) continue;
+      shown.push_back(m);
+    }
+    bool evaluated = false;
+    for (const auto& m : r.metrics) {
+      if (m.first.rfind("eval/", 0) != 0) continue;
+      if (!evaluated) last_eval_.clear();
+      evaluated = true;
+      last_eval_.push_back(m);
+    }
+    for (const auto& m : last_eval_) shown.push_back(m);
+    if (quiet_) return;
+    const std::string line = fmt::format("round {}/{}  {}  ETA {}  {:.0f} clients/s{}", r.round, r.rounds,
+                                         format_seconds(r.elapsed_s), format_seconds(r.eta_s), r.clients_per_s,
+                                         format_metrics(shown));
+    if (tty_) {
+      std::printf("\r\033[K%s%s", line.c_str(), r.round == r.rounds ? "\n" : "");
+    } else if (r.round % every_ == 0 || r.round == r.rounds || r.round == 1) {
+      std::printf("%s\n", line.c_str());
+    }
+    std::fflush(stdout);
+  }
+
+ private:
+  int64_t every_;
+  bool quiet_;
+  bool tty_;
+  Metrics last_eval_;
+};
+
+}  // namespace
+
+int run_command(const RunOptions& options) {
+  const PluginLoader loader(options.plugin_dirs);
+  ExperimentSetup setup = resolve_experiment(options.experiment, options.overrides, loader);
+  const Config& config = setup.config;
+  if (options.dry_run) {
+    std::printf("# fax-run %s: resolved settings of %s (algorithm plugin: %s)\n%s", FAX_VERSION,
+                options.experiment.c_str(), setup.plugin->path.c_str(), config.to_yaml().c_str());
+    return 0;
+  }
+
+  const auto data = setup.dataset->create(config);
+  const auto model = setup.model->create(config, {data->input_shape(), data->num_classes()});
+  auto algorithm = setup.plugin->create();
+  Experiment experiment(config, *algorithm, *model, *data);
+
+  const std::string output = options.output.empty()
+                                 ? std::filesystem::path(options.experiment).stem().string() + ".h5"
+                                 : options.output;
+  StringPairs env = experiment.environment();
+  env.emplace_back("experiment", options.experiment);
+  env.emplace_back("algorithm", setup.plugin->name);
+  env.emplace_back("algorithm_plugin", setup.plugin->path);
+  RunLog log(output, config.to_yaml(), env);
+
+  const MeshOptions& mesh = experiment.mesh().options();
+  if (!options.quiet) {
+    std::printf("fax-run %s: %s\n  data: %s\n  model: %s\n  algorithm: %s (%s)\n  mesh: %d executors x %d threads, "
+                "%lld logical shards; cohort %lld of %lld clients; %lld rounds\n  log: %s\n",
+                FAX_VERSION, options.experiment.c_str(), data->describe().c_str(), model->describe().c_str(),
+                setup.plugin->name.c_str(), setup.plugin->path.c_str(), mesh.executors, mesh.threads_per_executor,
+                static_cast<long long>(mesh.logical_shards), static_cast<long long>(config.get_int("cohort.size")),
+                static_cast<long long>(data->num_clients()), static_cast<long long>(config.get_int("rounds")),
+                output.c_str());
+    std::fflush(stdout);
+  }
+  ProgressPrinter progress(config.get_int("logging.progress_every"), options.quiet);
+  const RunResult result = experiment.run(&log, std::ref(progress));
+  if (!options.quiet) {
+    std::printf("done: %lld rounds in %s;%s\n  log: %s\n", static_cast<long long>(config.get_int("rounds")),
+                format_seconds(result.seconds).c_str(), format_metrics(result.last).c_str(), output.c_str());
+  }
+  return 0;
+}
+
+}  // namespace fax::cli

@@ -1,0 +1,27 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fax/config.h>
+#include <fax/data.h>
+#include <fax/datasets.h>
+#include <fax/model.h>
+#include <fax/plugin_loader.h>
+
+namespace fax::cli {
+
+/// An experiment file with its overrides, checked against the full schema: fax's own keys plus
+/// those of the data set, model and algorithm plugin it names.
+struct ExperimentSetup {
+  Config config;
+  const DatasetEntry* dataset = nullptr;
+  const ModelEntry* model = nullptr;
+  std::shared_ptr<const Plugin> plugin;
+};
+
+ExperimentSetup resolve_experiment(const std::string& path, const std::vector<std::string>& overrides,
+                                   const PluginLoader& loader);
+
+}  // namespace fax::cli

@@ -1,0 +1,56 @@
+// FedSGD (McMahan et al. 2017): every client of the cohort evaluates the loss on all of its data;
+// the server gradient is the federated-AD gradient of the example-weighted mean of those losses
+// (broadcast's adjoint is the sum over clients), followed by a server SGD step.
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <fax/fax.h>
+
+namespace {
+
+class FedSgd final : public fax::Algorithm {
+ public:
+  static constexpr const char* name = "fedsgd";
+  static constexpr const char* description =
+      "FedSGD: server SGD on the federated-AD gradient of the cohort's mean loss (one full-batch gradient per client)";
+
+  static std::vector<fax::ConfigKey> keys() {
+    return {fax::positive_float_key("server_lr", "0.1", "server learning rate")};
+  }
+
+  fax::ServerState init(const fax::Config& config, const fax::Model&, fax::TensorTree params) override {
+    server_lr_ = config.get_float("algorithm.server_lr");
+    return {std::move(params), {}};
+  }
+
+  fax::RoundMetrics round(fax::ServerState& state, fax::RoundContext& ctx) const override {
+    fax::TensorTree x = fax::detach(state.params);
+    fax::requires_grad_(x);
+    const auto at_clients = fax::broadcast(fax::Server<fax::TensorTree>(x));
+    const auto losses = fax::map_clients([&](const fax::ClientChunk& chunk, const fax::TensorTree& params) {
+      // Whole local data set as one (masked) batch.
+      const fax::ClientBatches batches(chunk, ctx.data, 1, 0);
+      const fax::Batch b = batches.batch(0);
+      const at::Tensor per_example = fax::cross_entropy(ctx.model.forward(params, b.x), b.y);
+      return (per_example * b.mask).sum(1) / b.mask.sum(1);
+    }, at_clients);
+    const at::Tensor loss = fax::weighted_mean(losses, ctx.example_counts()).value();
+    const auto grads = torch::autograd::grad({loss}, x.tensors());
+    const fax::TensorTree gradient = x.with_tensors(grads);
+    state.params = fax::axpy(-server_lr_, gradient, fax::detach(x));
+
+    fax::RoundMetrics metrics;
+    metrics.server.set("train/loss", loss.detach());
+    metrics.server.set("train/grad_norm", fax::squared_norm(gradient).sqrt());
+    metrics.clients.emplace_back("train_loss", fax::Clients<at::Tensor>(losses.value().detach()));
+    return metrics;
+  }
+
+ private:
+  double server_lr_ = 0.1;
+};
+
+}  // namespace
+
+FAX_PLUGIN(FedSgd)

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# End-to-end checks of fax-run, one case per ctest test: cli_tests.sh <case>.
+# Environment: FAX_RUN (the binary), FAX_SOURCE_DIR, WORK (a scratch directory), BAD_PLUGIN_DIR,
+# PYTHON (with h5py).
+set -uo pipefail
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# run_expect <exit code> <stderr regex> -- command...: checks the exit code and that stderr is one
+# line matching the regex.
+run_expect() {
+  local code=$1 pattern=$2; shift 3
+  local err out rc
+  out=$("$@" 2>"$WORK/stderr"); rc=$?
+  err=$(cat "$WORK/stderr")
+  [[ $rc -eq $code ]] || fail "'$*' exited $rc, expected $code; stderr: $err"
+  if [[ -n $pattern ]]; then
+    [[ $(printf '%s\n' "$err" | wc -l) -eq 1 ]] || fail "stderr is not one line: $err"
+    [[ $err =~ $pattern ]] || fail "stderr '$err' does not match /$pattern/"
+  fi
+  printf '%s' "$out" > "$WORK/stdout"
+}
+
+experiment="$FAX_SOURCE_DIR/experiments/synthetic_fedavg.yaml"
+mkdir -p "$WORK"
+
+write() { cat > "$WORK/$1"; }
+
+case "$1" in
+  run_h5py)
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -o "$WORK/run.h5" --set rounds=20 --set logging.per_client=true \
+      --set logging.checkpoint_every=10 --set logging.eval_every=5
+    grep -q "round 20/20" "$WORK/stdout" || fail "no final progress line: $(cat "$WORK/stdout")"
+    "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/check_run_log.py" "$WORK/run.h5" 20 10 10,20 || fail "h5py check"
+    run_expect 0 "" -- "$FAX_RUN" inspect "$WORK/run.h5" --last 2
+    grep -q "eval/accuracy" "$WORK/stdout" && grep -q "algorithm fedavg" "$WORK/stdout" || fail "inspect: $(cat "$WORK/stdout")"
+    ;;
+  fedsgd)
+    run_expect 0 "" -- "$FAX_RUN" run "$FAX_SOURCE_DIR/experiments/synthetic_fedsgd.yaml" -o "$WORK/fedsgd.h5" -q \
+      --set rounds=30
+    "$PYTHON" - "$WORK/fedsgd.h5" <<'PY' || fail "fedsgd did not learn"
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1]) as f:
+    loss = f["metrics/train/loss"][()]
+    acc = f["metrics/eval/accuracy"][()]
+    assert loss[-5:].mean() < loss[:5].mean(), (loss[:5], loss[-5:])
+    assert np.nanmax(acc) > 0.2, acc
+PY
+    ;;
+  dry_run)
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" --dry-run --set algorithm.client_lr=0.07
+    grep -q "client_lr: 0.07" "$WORK/stdout" && grep -q "server_momentum: 0.0" "$WORK/stdout" || fail "dry run: $(cat "$WORK/stdout")"
+    [[ ! -e synthetic_fedavg.h5 ]] || fail "a dry run wrote a run log"
+    ;;
+  plugins)
+    run_expect 0 "" -- "$FAX_RUN" plugins
+    for needle in "^fedavg " "^fedsgd " "algorithm.client_lr" "algorithm.server_momentum"; do
+      grep -q "$needle" "$WORK/stdout" || fail "fax-run plugins lacks $needle"
+    done
+    ;;
+  unknown_key)
+    printf 'rounds: 3\nalgorithm:\n  name: fedavg\n  client_lrr: 0.1\n' | write bad.yaml
+    run_expect 2 "bad\.yaml:4:3: unknown key 'algorithm\.client_lrr' \(did you mean 'algorithm\.client_lr'\?\)" -- \
+      "$FAX_RUN" run "$WORK/bad.yaml"
+    ;;
+  wrong_type)
+    printf 'rounds: many\n' | write bad.yaml
+    run_expect 2 "bad\.yaml:1:9: rounds: expected an integer, got 'many'" -- "$FAX_RUN" run "$WORK/bad.yaml"
+    ;;
+  syntax_error)
+    printf 'rounds: 3\ncohort:\n  size: [1, 2\n' | write bad.yaml
+    run_expect 2 "bad\.yaml:[0-9]+:[0-9]+: YAML syntax error" -- "$FAX_RUN" run "$WORK/bad.yaml"
+    ;;
+  out_of_range)
+    run_expect 2 "--set algorithm\.client_lr=-1: algorithm\.client_lr: -1 is out of range \(must be > 0\)" -- \
+      "$FAX_RUN" run "$experiment" --set algorithm.client_lr=-1
+    ;;
+  unknown_data_set)
+    printf 'data:\n  name: mnist\n' | write bad.yaml
+    run_expect 2 "bad\.yaml:2:9: unknown data set 'mnist' \(available: synthetic\)" -- "$FAX_RUN" run "$WORK/bad.yaml"
+    run_expect 2 "^fax-run: --set data\.name=mnist: unknown data set 'mnist'" -- \
+      "$FAX_RUN" run "$experiment" --set data.name=mnist --dry-run
+    ;;
+  stale_keys)
+    # Keys of one algorithm are unknown to another; no misleading suggestion from another section.
+    run_expect 2 "synthetic_fedavg\.yaml:[0-9]+:3: unknown key 'algorithm\.client_lr'$" -- \
+      "$FAX_RUN" run "$experiment" --set algorithm.name=fedsgd
+    ;;
+  missing_plugin)
+    run_expect 2 "algorithm plugin 'nope' not found: no fax_nope\.so in .*available: .*fedavg" -- \
+      "$FAX_RUN" run "$experiment" --set algorithm.name=nope
+    ;;
+  missing_file)
+    run_expect 2 "nowhere\.yaml: cannot open the experiment file" -- "$FAX_RUN" run "$WORK/nowhere.yaml"
+    ;;
+  bad_abi)
+    run_expect 2 "fax_badabi\.so was built for plugin ABI version 999, but this fax \([0-9.]+\) loads plugin ABI version 1" -- \
+      "$FAX_RUN" run "$experiment" --plugin-dir "$BAD_PLUGIN_DIR" --set algorithm.name=badabi
+    run_expect 0 "" -- "$FAX_RUN" plugins --plugin-dir "$BAD_PLUGIN_DIR"
+    grep -q "refused: .*fax_badabi.so" "$WORK/stdout" || fail "plugins does not list the refused plugin"
+    grep -q "^fedavg " "$WORK/stdout" || fail "a refused plugin hid the others"
+    ;;
+  no_entry_point)
+    run_expect 2 "fax_noentry\.so: no entry point 'fax_plugin_info'" -- \
+      "$FAX_RUN" run "$experiment" --plugin-dir "$BAD_PLUGIN_DIR" --set algorithm.name=noentry
+    ;;
+  usage)
+    run_expect 0 "" -- "$FAX_RUN" --version
+    grep -q "fax-run [0-9.]* (LibTorch" "$WORK/stdout" || fail "--version: $(cat "$WORK/stdout")"
+    for sub in run plugins inspect; do run_expect 0 "" -- "$FAX_RUN" "$sub" --help; done
+    run_expect 2 "--bogus" -- "$FAX_RUN" run "$experiment" --bogus
+    run_expect 2 "" -- "$FAX_RUN"
+    ;;
+  unwritable_output)
+    run_expect 2 "/nonexistent-dir/run\.h5: cannot create the run log" -- \
+      "$FAX_RUN" run "$experiment" -o /nonexistent-dir/run.h5 --set rounds=1
+    ;;
+  *)
+    fail "unknown case $1"
+    ;;
+esac
+echo "ok: $1"
