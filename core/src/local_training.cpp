@@ -42,6 +42,7 @@ ClientBatches::ClientBatches(const ClientChunk& chunk, const FederatedDataset& d
       order[e].narrow(0, 0, n).copy_(at::randperm(n, g, at::kLong) + offset);
       used[e].narrow(0, 0, n).fill_(1.0);
     }
+    index_.select(1, i).fill_(offset);
     index_.select(1, i).narrow(0, 0, epochs * per_epoch).copy_(order.view({epochs * per_epoch, b}));
     mask_.select(1, i).narrow(0, 0, epochs * per_epoch).copy_(used.view({epochs * per_epoch, b}));
     xs.push_back(clients[i].x);

@@ -230,14 +230,19 @@ void RunLog::append(int64_t round, const Metrics& metrics) {
 void RunLog::append_clients(const at::Tensor& ids, const std::vector<std::pair<std::string, at::Tensor>>& values) {
   const at::Tensor id_row = ids.to(at::kLong).contiguous();
   const int64_t width = id_row.numel();
+  // Everything is checked before anything is written, so a refused row leaves no partial row.
+  std::vector<at::Tensor> rows;
+  for (const auto& [name, v] : values) {
+    rows.push_back(v.detach().to(at::kDouble).contiguous());
+    FAX_CHECK(rows.back().numel() == width, "{}: per-client metric '{}' has {} values for a cohort of {}", path_, name,
+              rows.back().numel(), width);
+  }
   if (!impl_->client_ids) {
     impl_->client_ids = std::make_unique<Series>(impl_->file.get(), "/clients/id", H5T_NATIVE_INT64, width, path_);
   }
   impl_->client_ids->append(id_row.data_ptr<int64_t>());
-  for (const auto& [name, v] : values) {
-    const at::Tensor row = v.detach().to(at::kDouble).contiguous();
-    FAX_CHECK(row.numel() == width, "{}: per-client metric '{}' has {} values for a cohort of {}", path_, name,
-              row.numel(), width);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const std::string& name = values[i].first;
     auto it = std::find_if(impl_->client_values.begin(), impl_->client_values.end(),
                            [&](const auto& m) { return m.first == name; });
     if (it == impl_->client_values.end()) {
@@ -245,7 +250,7 @@ void RunLog::append_clients(const at::Tensor& ids, const std::vector<std::pair<s
           name, std::make_unique<Series>(impl_->file.get(), "/clients/" + name, H5T_NATIVE_DOUBLE, width, path_));
       it = std::prev(impl_->client_values.end());
     }
-    it->second->append(row.data_ptr<double>());
+    it->second->append(rows[i].data_ptr<double>());
   }
   H5Fflush(impl_->file.get(), H5F_SCOPE_GLOBAL);
 }
@@ -320,6 +325,22 @@ std::vector<double> RunLogReader::metric(const std::string& name) const {
   return read_vector<double>(impl_->file.get(), "/metrics/" + name, H5T_NATIVE_DOUBLE, path_);
 }
 
+at::Tensor RunLogReader::dataset(const std::string& name) const {
+  FAX_CHECK(H5Lexists(impl_->file.get(), name.c_str(), H5P_DEFAULT) > 0, "{}: no dataset {}", path_, name);
+  Handle ds(checked(H5Dopen2(impl_->file.get(), name.c_str(), H5P_DEFAULT), path_, "open " + name), H5Dclose);
+  Handle space(H5Dget_space(ds.get()), H5Sclose);
+  Handle type(H5Dget_type(ds.get()), H5Tclose);
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  std::vector<hsize_t> dims(rank);
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  const at::ScalarType st = scalar_type_of(type.get(), path_);
+  at::Tensor t = at::empty(std::vector<int64_t>(dims.begin(), dims.end()), at::TensorOptions().dtype(st));
+  if (t.numel() > 0) {
+    checked(H5Dread(ds.get(), native_type(st, path_), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()), path_, "read " + name);
+  }
+  return t;
+}
+
 std::vector<int64_t> RunLogReader::checkpoint_rounds() const {
   std::vector<int64_t> rounds;
   Handle g(H5Gopen2(impl_->file.get(), "/checkpoints", H5P_DEFAULT), H5Gclose);
@@ -344,20 +365,7 @@ TensorTree RunLogReader::checkpoint(int64_t round) const {
   std::stringstream order(read_vlen_string(leaves.get(), true, path_));
   for (std::string name; std::getline(order, name);) names.push_back(name);
   TensorTree tree;
-  for (const auto& name : names) {
-    const std::string ds_name = group + "/" + name;
-    Handle ds(checked(H5Dopen2(impl_->file.get(), ds_name.c_str(), H5P_DEFAULT), path_, "open " + ds_name), H5Dclose);
-    Handle space(H5Dget_space(ds.get()), H5Sclose);
-    Handle type(H5Dget_type(ds.get()), H5Tclose);
-    const int rank = H5Sget_simple_extent_ndims(space.get());
-    std::vector<hsize_t> dims(rank);
-    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
-    const at::ScalarType st = scalar_type_of(type.get(), path_);
-    at::Tensor t = at::empty(std::vector<int64_t>(dims.begin(), dims.end()), at::TensorOptions().dtype(st));
-    checked(H5Dread(ds.get(), native_type(st, path_), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()), path_,
-            "read " + ds_name);
-    tree.set(name, t);
-  }
+  for (const auto& name : names) tree.set(name, dataset(group + "/" + name));
   return tree;
 }
 

@@ -36,7 +36,8 @@ class FedAvg final : public fax::Algorithm {
 
   fax::RoundMetrics round(fax::ServerState& state, fax::RoundContext& ctx) const override {
     const auto start = fax::broadcast(fax::Server<fax::TensorTree>(state.params));
-    const at::Tensor lr = at::scalar_tensor(client_lr_);
+    // A 0-dim double keeps full precision without changing the parameters' dtype.
+    const at::Tensor lr = at::scalar_tensor(client_lr_, at::kDouble);
     // One tree per chunk: the clients' updates (start - trained) and their mean training loss.
     const auto trained = fax::map_clients([&](const fax::ClientChunk& chunk, const fax::TensorTree& params) {
       const fax::ClientBatches batches(chunk, ctx.data, epochs_, batch_size_);

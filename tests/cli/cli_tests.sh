@@ -47,6 +47,30 @@ with h5py.File(sys.argv[1]) as f:
     assert np.nanmax(acc) > 0.2, acc
 PY
     ;;
+  executors_bitwise)
+    # Same experiment on 1 and 2 executors at 2 logical shards: identical metrics and parameters.
+    for e in 1 2; do
+      run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/e$e.h5" --set rounds=15 --set execution.executors=$e \
+        --set execution.logical_shards=2 --set logging.eval_every=5
+    done
+    "$PYTHON" - "$WORK/e1.h5" "$WORK/e2.h5" <<'PY' || fail "1 and 2 executors differ"
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+assert a["env"].attrs["executors"] == "1" and b["env"].attrs["executors"] == "2"
+names = []
+a["metrics"].visit(lambda n: names.append(n) if isinstance(a["metrics"][n], h5py.Dataset) else None)
+checked = 0
+for n in names:
+    if n.startswith("time/"):
+        continue
+    x, y = a["metrics"][n][()], b["metrics"][n][()]
+    assert x.tobytes() == y.tobytes(), n
+    checked += 1
+assert checked >= 5, names
+for leaf in ("params/w", "params/b"):
+    assert a["checkpoints/15"][leaf][()].tobytes() == b["checkpoints/15"][leaf][()].tobytes(), leaf
+PY
+    ;;
   dry_run)
     run_expect 0 "" -- "$FAX_RUN" run "$experiment" --dry-run --set algorithm.client_lr=0.07
     grep -q "client_lr: 0.07" "$WORK/stdout" && grep -q "server_momentum: 0.0" "$WORK/stdout" || fail "dry run: $(cat "$WORK/stdout")"

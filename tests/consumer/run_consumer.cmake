@@ -1,23 +1,51 @@
-# Configures, builds and runs the consumer project. VARIANT=install first installs fax into a
-# fresh prefix under WORK_DIR and points the consumer at that prefix only.
+# Configures, builds and runs an out-of-tree consumer of fax.
+#   VARIANT=build_tree: the consumer project against the build tree's package;
+#   VARIANT=install:    the same against a fresh `cmake --install` prefix;
+#   VARIANT=plugin:     plugins/example built on its own against that prefix, then run by the
+#                       installed fax-run through --plugin-dir.
 function(step)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "step failed (${rc}): ${ARGN}\n${out}\n${err}")
   endif()
   message(STATUS "${out}")
+  set(step_output "${out}" PARENT_SCOPE)
 endfunction()
 
 file(REMOVE_RECURSE "${WORK_DIR}")
-if(VARIANT STREQUAL "install")
-  set(prefix "${WORK_DIR}/prefix")
+set(prefix "${WORK_DIR}/prefix")
+if(VARIANT STREQUAL "build_tree")
+  set(locate "-Dfax_DIR=${FAX_BUILD_DIR}")
+else()
   step("${CMAKE_COMMAND}" --install "${FAX_BUILD_DIR}" --prefix "${prefix}")
   set(locate "-DCMAKE_PREFIX_PATH=${prefix}")
-else()
-  set(locate "-Dfax_DIR=${FAX_BUILD_DIR}")
 endif()
 
-step("${CMAKE_COMMAND}" -S "${PROJECT_DIR}" -B "${WORK_DIR}/build" -G "${GENERATOR}"
+if(VARIANT STREQUAL "plugin")
+  set(source "${PLUGIN_DIR}")
+else()
+  set(source "${PROJECT_DIR}")
+endif()
+step("${CMAKE_COMMAND}" -S "${source}" -B "${WORK_DIR}/build" -G "${GENERATOR}"
      "-DCMAKE_CXX_COMPILER=${CXX}" -DCMAKE_BUILD_TYPE=Release "${locate}")
 step("${CMAKE_COMMAND}" --build "${WORK_DIR}/build")
-step("${WORK_DIR}/build/consumer")
+
+if(VARIANT STREQUAL "plugin")
+  file(WRITE "${WORK_DIR}/example.yaml"
+       "rounds: 3\ncohort:\n  size: 4\ndata:\n  clients: 20\nalgorithm:\n  name: example\n  client_lr: 0.05\n")
+  # FAX_PLUGIN_PATH is cleared so only --plugin-dir and the prefix are searched.
+  step("${CMAKE_COMMAND}" -E env FAX_PLUGIN_PATH= "${prefix}/bin/fax-run" run "${WORK_DIR}/example.yaml"
+       --plugin-dir "${WORK_DIR}/build" -o "${WORK_DIR}/example.h5")
+  if(NOT step_output MATCHES "algorithm: example \\(${WORK_DIR}/build/fax_example.so\\)")
+    message(FATAL_ERROR "the installed fax-run did not run the out-of-tree plugin:\n${step_output}")
+  endif()
+  if(NOT step_output MATCHES "round 3/3")
+    message(FATAL_ERROR "the run did not finish:\n${step_output}")
+  endif()
+  step("${prefix}/bin/fax-run" plugins)
+  if(NOT step_output MATCHES "fedavg .*${prefix}/lib/fax/plugins/fax_fedavg.so")
+    message(FATAL_ERROR "the installed fax-run does not find the installed plugins:\n${step_output}")
+  endif()
+else()
+  step("${WORK_DIR}/build/consumer")
+endif()

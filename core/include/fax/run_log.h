@@ -61,6 +61,8 @@ class RunLogReader {
   /// Metric names (without "/metrics/" and without "round"), in name order.
   std::vector<std::string> metric_names() const;
   std::vector<double> metric(const std::string& name) const;
+  /// Any numeric dataset of the file as a tensor of its shape and type ("/clients/id", ...).
+  at::Tensor dataset(const std::string& name) const;
   std::vector<int64_t> checkpoint_rounds() const;
   TensorTree checkpoint(int64_t round) const;
 

@@ -1,0 +1,148 @@
+#include <torch/csrc/autograd/autograd.h>
+
+#include <fax/in_memory.h>
+#include <fax/local_training.h>
+
+#include "helpers.h"
+
+namespace fax {
+namespace {
+
+// Three clients with 5, 12 and 3 examples of 4 features, 3 classes.
+class LocalTrainingTest : public test::SeededTest {
+ protected:
+  void SetUp() override {
+    SeededTest::SetUp();
+    std::vector<Examples> clients;
+    for (int64_t n : {5, 12, 3}) clients.push_back({at::randn({n, 4}), at::randint(0, 3, {n}, at::kLong)});
+    data = std::make_unique<InMemoryDataset>(clients, Examples{at::randn({6, 4}), at::randint(0, 3, {6}, at::kLong)}, 3);
+    params = TensorTree{{"w", at::randn({4, 3}) * 0.1}, {"b", at::zeros({3})}};
+  }
+
+  // Runs `fn` on one executor for a chunk holding `ids` (in that order).
+  template <class F>
+  at::Tensor on_chunk(const std::vector<int64_t>& ids, F&& fn) {
+    Mesh mesh({1, 1});
+    return mesh.run(Cohort(ids), [&](Program&) {
+      at::Tensor out;
+      map_clients([&](const ClientChunk& c) {
+        out = fn(c);
+        return at::zeros({c.size});
+      });
+      return Server<at::Tensor>(out);
+    }, {3, 1}).value();
+  }
+
+  // `p` with a leading clients axis of k identical rows.
+  static TensorTree repeat_rows(const TensorTree& p, int64_t k) {
+    return p.map([k](const at::Tensor& t) { return at::cat(std::vector<at::Tensor>(k, t.unsqueeze(0))); });
+  }
+
+  std::unique_ptr<InMemoryDataset> data;
+  TensorTree params;
+  SoftmaxRegression model{4, 3};
+};
+
+TEST_F(LocalTrainingTest, BatchesCoverEveryExampleOncePerEpochAndMaskTheRest) {
+  on_chunk({0, 1, 2}, [&](const ClientChunk& c) {
+    const ClientBatches batches(c, *data, 2, 4);
+    EXPECT_EQ(batches.steps(), 6);  // client 1: 2 epochs x ceil(12 / 4)
+    EXPECT_TRUE(at::equal(batches.examples(), at::tensor({5.0f, 12.0f, 3.0f})));
+    std::vector<at::Tensor> seen(3);
+    for (int64_t s = 0; s < batches.steps(); ++s) {
+      const Batch b = batches.batch(s);
+      EXPECT_EQ(b.x.sizes(), (at::IntArrayRef{3, 4, 4}));
+      for (int64_t i = 0; i < 3; ++i) {
+        // Every slot, masked or not, holds one of the client's own examples.
+        const at::Tensor own = data->client(c.client_id(i)).x;
+        for (int64_t slot = 0; slot < 4; ++slot) {
+          const bool found = (own == b.x[i][slot]).all(1).any().item<bool>();
+          EXPECT_TRUE(found) << "step " << s << " client " << i << " slot " << slot << " is not the client's";
+        }
+        const at::Tensor used = b.x[i].index({b.mask[i] > 0});
+        seen[i] = seen[i].defined() ? at::cat({seen[i], used}) : used;
+      }
+    }
+    for (int64_t i = 0; i < 3; ++i) {
+      const at::Tensor own = data->client(c.client_id(i)).x;
+      EXPECT_EQ(seen[i].size(0), 2 * own.size(0)) << "client " << i;
+      // Twice each example: sorting both by first feature aligns them.
+      const at::Tensor twice = at::cat({own, own});
+      EXPECT_TRUE(at::allclose(std::get<0>(seen[i].select(1, 0).sort()), std::get<0>(twice.select(1, 0).sort())));
+    }
+    return at::zeros({1});
+  });
+}
+
+TEST_F(LocalTrainingTest, BatchedChunkEqualsEachClientAlone) {
+  const at::Tensor lr = at::scalar_tensor(0.3);
+  // One row per client: its trained w, its trained b, its mean loss.
+  auto trained = [&](const ClientChunk& c) {
+    const LocalSgdResult r = local_sgd(model, ClientBatches(c, *data, 2, 4), repeat_rows(params, c.size), lr);
+    return at::cat({r.params.at("w").flatten(1), r.params.at("b"), r.loss.unsqueeze(1)}, 1);
+  };
+  const at::Tensor together = on_chunk({0, 1, 2}, trained);
+  // Each client alone, in the same round (same random stream), gives the same numbers.
+  for (int64_t id : {0, 1, 2}) {
+    const at::Tensor alone = on_chunk({id}, trained);
+    EXPECT_TRUE(at::allclose(together[id], alone[0], 1e-5, 1e-6)) << "client " << id;
+  }
+}
+
+TEST_F(LocalTrainingTest, FullBatchSgdMatchesAHandWrittenLoop) {
+  const double lr = 0.5;
+  const at::Tensor fax_result = on_chunk({1}, [&](const ClientChunk& c) {
+    const ClientBatches batches(c, *data, 3, 0);
+    EXPECT_EQ(batches.steps(), 3);
+    return local_sgd(model, batches, repeat_rows(params, 1), at::scalar_tensor(lr)).params.at("w")[0];
+  });
+  at::Tensor w = params.at("w").clone().requires_grad_(true);
+  at::Tensor b = params.at("b").clone().requires_grad_(true);
+  const Examples own = data->client(1);
+  for (int step = 0; step < 3; ++step) {
+    const at::Tensor loss = at::cross_entropy_loss(at::addmm(b, own.x, w), own.y);
+    const auto g = torch::autograd::grad({loss}, {w, b});
+    w = (w - lr * g[0]).detach().requires_grad_(true);
+    b = (b - lr * g[1]).detach().requires_grad_(true);
+  }
+  EXPECT_TRUE(at::allclose(fax_result, w, 1e-5, 1e-6)) << fax_result << w;
+}
+
+TEST_F(LocalTrainingTest, ClientsWithFewerStepsStayPut) {
+  const at::Tensor lr = at::scalar_tensor(0.5);
+  const at::Tensor in_chunk = on_chunk({2, 1}, [&](const ClientChunk& c) {
+    const ClientBatches batches(c, *data, 1, 3);  // client 2: 1 step, client 1: 4 steps
+    EXPECT_EQ(batches.steps(), 4);
+    return local_sgd(model, batches, repeat_rows(params, 2), lr).params.at("w")[0].flatten();
+  });
+  const at::Tensor alone = on_chunk({2}, [&](const ClientChunk& c) {
+    return local_sgd(model, ClientBatches(c, *data, 1, 3), repeat_rows(params, 1), lr).params.at("w")[0].flatten();
+  });
+  EXPECT_TRUE(at::allclose(in_chunk, alone, 1e-6, 1e-7));
+  EXPECT_FALSE(at::allclose(in_chunk, params.at("w").flatten())) << "the client did not train at all";
+}
+
+// With create_graph the trained parameters stay differentiable in the learning rate (the client
+// learning-rate hypergradient): d/d lr of |w_final|^2 + loss against central differences.
+TEST_F(LocalTrainingTest, CreateGraphDifferentiatesThroughTheSteps) {
+  const Examples own = data->client(0);
+  const InMemoryDataset f64({{own.x.to(at::kDouble), own.y}}, {own.x.to(at::kDouble), own.y}, 3);
+  auto objective = [&](double lr_value, bool differentiate) {
+    return on_chunk({0}, [&](const ClientChunk& c) {
+      TensorTree start = repeat_rows(params, 1).map([](const at::Tensor& t) { return t.to(at::kDouble); });
+      requires_grad_(start);
+      const at::Tensor lr = at::scalar_tensor(lr_value, at::kDouble).requires_grad_(differentiate);
+      const LocalSgdResult r = local_sgd(model, ClientBatches(c, f64, 3, 2), start, lr, {true, {}});
+      const at::Tensor value = r.params.at("w").pow(2).sum() + r.params.at("b").sum();
+      return differentiate ? torch::autograd::grad({value}, {lr})[0] : value.detach();
+    });
+  };
+  const double eps = 1e-6;
+  const double numeric = (objective(0.3 + eps, false) - objective(0.3 - eps, false)).item<double>() / (2 * eps);
+  const double analytic = objective(0.3, true).item<double>();
+  EXPECT_NEAR(analytic, numeric, 1e-6 * std::max(1.0, std::abs(numeric)));
+  EXPECT_GT(std::abs(numeric), 1e-4) << "a flat objective checks nothing";
+}
+
+}  // namespace
+}  // namespace fax

@@ -1,0 +1,74 @@
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <fax/run_log.h>
+
+#include "helpers.h"
+
+namespace fax {
+namespace {
+
+class RunLogTest : public test::SeededTest {
+ protected:
+  void SetUp() override {
+    SeededTest::SetUp();
+    dir = std::filesystem::temp_directory_path() /
+          ("fax_run_log_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir); }
+  std::filesystem::path dir;
+};
+
+TEST_F(RunLogTest, MetricsEnvConfigAndCheckpointsRoundTrip) {
+  const std::string path = (dir / "run.h5").string();
+  const TensorTree state{{"params/w", at::randn({3, 2})}, {"params/b", at::randn({2}, at::kDouble)},
+                         {"extra/step", at::tensor({int64_t{7}})}};
+  {
+    RunLog log(path, "rounds: 3\n", {{"zeta", "last-alphabetically"}, {"alpha", "1"}});
+    log.append(1, {{"train/loss", 2.0}});
+    log.append(2, {{"train/loss", 1.5}, {"eval/accuracy", 0.5}});
+    log.append(3, {{"train/loss", 1.0}});
+    log.checkpoint(3, state);
+  }
+  const RunLogReader reader(path);
+  EXPECT_EQ(reader.config(), "rounds: 3\n");
+  EXPECT_EQ(reader.env(), (StringPairs{{"zeta", "last-alphabetically"}, {"alpha", "1"}}));
+  EXPECT_EQ(reader.rounds(), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(reader.metric_names(), (std::vector<std::string>{"eval/accuracy", "train/loss"}));
+  EXPECT_EQ(reader.metric("train/loss"), (std::vector<double>{2.0, 1.5, 1.0}));
+  const auto accuracy = reader.metric("eval/accuracy");
+  ASSERT_EQ(accuracy.size(), 3u);
+  EXPECT_TRUE(std::isnan(accuracy[0]));
+  EXPECT_DOUBLE_EQ(accuracy[1], 0.5);
+  EXPECT_TRUE(std::isnan(accuracy[2]));
+  EXPECT_EQ(reader.checkpoint_rounds(), (std::vector<int64_t>{3}));
+  const TensorTree back = reader.checkpoint(3);
+  EXPECT_TRUE(bitwise_equal(back, state)) << "names, order, dtypes or bytes changed";
+  EXPECT_THROW(reader.checkpoint(4), Error);
+}
+
+TEST_F(RunLogTest, PerClientRows) {
+  const std::string path = (dir / "clients.h5").string();
+  RunLog log(path, "", {});
+  auto ids = [](std::vector<int64_t> v) { return at::tensor(v); };
+  log.append_clients(ids({4, 9, 2}), {{"loss", at::tensor({0.5f, 0.25f, 1.0f})}});
+  log.append_clients(ids({1, 3, 8}), {{"loss", at::tensor({0.1f, 0.2f, 0.3f})}});
+  EXPECT_THROW(log.append_clients(ids({1, 2, 3}), {{"loss", at::zeros({2})}}), Error);
+  const RunLogReader reader(path);
+  EXPECT_TRUE(at::equal(reader.dataset("/clients/id"), ids({4, 9, 2, 1, 3, 8}).view({2, 3})));
+  EXPECT_TRUE(at::allclose(reader.dataset("/clients/loss"), at::tensor({0.5, 0.25, 1.0, 0.1, 0.2, 0.3}, at::kDouble).view({2, 3})));
+}
+
+TEST_F(RunLogTest, UnusableFilesAreUserErrors) {
+  EXPECT_THROW(RunLog((dir / "missing" / "run.h5").string(), "", {}), Error);
+  const std::string not_hdf5 = (dir / "text.h5").string();
+  std::ofstream(not_hdf5) << "hello";
+  EXPECT_THROW(RunLogReader reader(not_hdf5), Error);
+  EXPECT_THROW(RunLogReader reader((dir / "absent.h5").string()), Error);
+}
+
+}  // namespace
+}  // namespace fax
