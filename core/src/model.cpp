@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <fax/error.h>
+#include <fax/registry.h>
 
 namespace fax {
 
@@ -59,13 +60,6 @@ const std::vector<ModelEntry>& model_registry() {
   return registry;
 }
 
-const ModelEntry& find_model(const std::string& name) {
-  std::vector<std::string> names;
-  for (const auto& entry : model_registry()) {
-    if (entry.name == name) return entry;
-    names.push_back(entry.name);
-  }
-  throw Error(fmt::format("unknown model '{}' (available: {})", name, fmt::join(names, ", ")));
-}
+const ModelEntry& find_model(const std::string& name) { return find_entry(model_registry(), name, "model"); }
 
 }  // namespace fax

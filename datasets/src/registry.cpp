@@ -1,6 +1,6 @@
 #include <fax/datasets.h>
 
-#include <fax/error.h>
+#include <fax/registry.h>
 #include <fax/synthetic.h>
 
 namespace fax {
@@ -34,12 +34,7 @@ const std::vector<DatasetEntry>& dataset_registry() {
 }
 
 const DatasetEntry& find_dataset(const std::string& name) {
-  std::vector<std::string> names;
-  for (const auto& entry : dataset_registry()) {
-    if (entry.name == name) return entry;
-    names.push_back(entry.name);
-  }
-  throw Error(fmt::format("unknown data set '{}' (available: {})", name, fmt::join(names, ", ")));
+  return find_entry(dataset_registry(), name, "data set");
 }
 
 }  // namespace fax
