@@ -129,8 +129,8 @@ Metrics Experiment::evaluate(const TensorTree& params) {
         const int64_t n = std::min(kEvalBatch, end - b);
         const at::Tensor logits = model_.forward(params, test.x.narrow(0, b, n));
         const at::Tensor y = test.y.narrow(0, b, n);
-        acc[0] += cross_entropy(logits, y).sum().to(at::kDouble);
-        acc[1] += correct(logits, y).sum().to(at::kDouble);
+        acc[0] += per_example(cross_entropy(logits, y), 1).sum().to(at::kDouble);
+        acc[1] += per_example(correct(logits, y), 1).sum().to(at::kDouble);
         acc[2] += static_cast<double>(n);
       }
       return acc.unsqueeze(0);

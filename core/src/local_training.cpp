@@ -51,8 +51,10 @@ ClientBatches::ClientBatches(const ClientChunk& chunk, const FederatedDataset& d
   }
   x_ = at::cat(xs);
   y_ = at::cat(ys);
-  mask_ = mask_.to(x_.scalar_type());
-  examples_ = at::tensor(sizes, at::kLong).to(x_.scalar_type());
+  // Masks and counts weigh losses: float, in the inputs' precision when those are floats.
+  const at::ScalarType weight_type = x_.is_floating_point() ? x_.scalar_type() : at::kFloat;
+  mask_ = mask_.to(weight_type);
+  examples_ = at::tensor(sizes, at::kLong).to(weight_type);
 }
 
 Batch ClientBatches::batch(int64_t step) const {
@@ -91,9 +93,9 @@ LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const
   at::Tensor seen = at::zeros({k}, batches.examples().options());
   for (int64_t s = 0; s < batches.steps(); ++s) {
     const Batch batch = batches.batch(s);
-    const at::Tensor per_example = cross_entropy(model.forward(params, batch.x), batch.y);
-    at::Tensor per_client = masked_mean(per_example, batch.mask);
-    loss_sum += (per_example.detach() * batch.mask).sum(1);
+    const at::Tensor losses = per_example(cross_entropy(model.forward(params, batch.x), batch.y), 2);
+    at::Tensor per_client = masked_mean(losses, batch.mask);
+    loss_sum += (losses.detach() * batch.mask).sum(1);
     seen += batch.mask.sum(1);
     if (options.penalty) per_client = per_client + options.penalty(params);
     // Clients are independent, so the gradient of the sum holds each client's own gradient.
@@ -127,8 +129,8 @@ std::pair<at::Tensor, at::Tensor> evaluate_batches(const Model& model, const Cli
   for (int64_t s = 0; s < batches.steps(); ++s) {
     const Batch batch = batches.batch(s);
     const at::Tensor logits = model.forward(params, batch.x);
-    loss += (cross_entropy(logits, batch.y) * batch.mask).sum(1);
-    hits += (correct(logits, batch.y) * batch.mask).sum(1);
+    loss += (per_example(cross_entropy(logits, batch.y), 2) * batch.mask).sum(1);
+    hits += (per_example(correct(logits, batch.y), 2) * batch.mask).sum(1);
     seen += batch.mask.sum(1);
   }
   return {loss / seen.clamp_min(1.0), hits / seen.clamp_min(1.0)};

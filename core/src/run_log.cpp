@@ -1,7 +1,5 @@
 #include <fax/run_log.h>
 
-#include <hdf5.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -9,74 +7,11 @@
 
 #include <ATen/ATen.h>
 
-#include <fax/error.h>
+#include "hdf5_util.h"
 
 namespace fax {
 namespace {
-
-// An HDF5 identifier closed by the matching H5?close.
-class Handle {
- public:
-  Handle() = default;
-  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  Handle(Handle&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = H5I_INVALID_HID; }
-  Handle& operator=(Handle&& o) noexcept {
-    std::swap(id_, o.id_);
-    std::swap(close_, o.close_);
-    return *this;
-  }
-  ~Handle() {
-    if (id_ >= 0 && close_ != nullptr) close_(id_);
-  }
-  hid_t get() const { return id_; }
-
- private:
-  hid_t id_ = H5I_INVALID_HID;
-  herr_t (*close_)(hid_t) = nullptr;
-};
-
-// Runs an HDF5 call that returns an id or status; a negative result is an error naming `what`.
-template <class T>
-T checked(T result, const std::string& path, const std::string& what) {
-  FAX_CHECK(result >= 0, "{}: HDF5 failed to {}", path, what);
-  return result;
-}
-
-void silence_hdf5_errors() {
-  static const bool once = [] { return H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr) >= 0; }();
-  (void)once;
-}
-
-Handle utf8_string_type() {
-  Handle t(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(t.get(), H5T_VARIABLE);
-  H5Tset_cset(t.get(), H5T_CSET_UTF8);
-  return t;
-}
-
-Handle intermediate_groups() {
-  Handle p(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
-  H5Pset_create_intermediate_group(p.get(), 1);
-  return p;
-}
-
-hid_t native_type(at::ScalarType t, const std::string& path) {
-  switch (t) {
-    case at::kFloat: return H5T_NATIVE_FLOAT;
-    case at::kDouble: return H5T_NATIVE_DOUBLE;
-    case at::kLong: return H5T_NATIVE_INT64;
-    case at::kInt: return H5T_NATIVE_INT32;
-    default: throw Error(fmt::format("{}: cannot store tensors of type {} in HDF5", path, c10::toString(t)));
-  }
-}
-
-at::ScalarType scalar_type_of(hid_t type, const std::string& path) {
-  const H5T_class_t cls = H5Tget_class(type);
-  const size_t size = H5Tget_size(type);
-  if (cls == H5T_FLOAT) return size == 4 ? at::kFloat : at::kDouble;
-  if (cls == H5T_INTEGER) return size == 4 ? at::kInt : at::kLong;
-  throw Error(fmt::format("{}: a checkpoint dataset has an unsupported HDF5 type", path));
-}
+using namespace h5::detail;
 
 // An extendable dataset growing along its first axis: [rows] or [rows, width].
 class Series {
@@ -138,42 +73,6 @@ void write_string_attribute(hid_t object, const std::string& name, const std::st
               H5Aclose);
   const char* text = value.c_str();
   checked(H5Awrite(attr.get(), type.get(), &text), path, "write attribute " + name);
-}
-
-std::string read_vlen_string(hid_t object, bool attribute, const std::string& path) {
-  Handle type = utf8_string_type();
-  char* text = nullptr;
-  if (attribute) {
-    checked(H5Aread(object, type.get(), &text), path, "read a string attribute");
-  } else {
-    checked(H5Dread(object, type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &text), path, "read a string");
-  }
-  std::string out = text != nullptr ? text : "";
-  H5free_memory(text);
-  return out;
-}
-
-// Names of the datasets below `group` (recursively), relative to it, in creation order where
-// tracked and name order otherwise.
-std::vector<std::string> datasets_below(hid_t file, const std::string& group) {
-  std::vector<std::string> names;
-  auto visit = [](hid_t, const char* name, const H5O_info_t* info, void* data) -> herr_t {
-    if (info->type == H5O_TYPE_DATASET) static_cast<std::vector<std::string>*>(data)->push_back(name);
-    return 0;
-  };
-  Handle g(H5Gopen2(file, group.c_str(), H5P_DEFAULT), H5Gclose);
-  if (g.get() < 0) return names;
-  H5Ovisit2(g.get(), H5_INDEX_NAME, H5_ITER_INC, visit, &names, H5O_INFO_BASIC);
-  return names;
-}
-
-template <class T>
-std::vector<T> read_vector(hid_t file, const std::string& name, hid_t type, const std::string& path) {
-  Handle ds(checked(H5Dopen2(file, name.c_str(), H5P_DEFAULT), path, "open " + name), H5Dclose);
-  Handle space(H5Dget_space(ds.get()), H5Sclose);
-  std::vector<T> out(H5Sget_simple_extent_npoints(space.get()));
-  if (!out.empty()) checked(H5Dread(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), path, "read " + name);
-  return out;
 }
 
 }  // namespace
@@ -275,97 +174,46 @@ void RunLog::checkpoint(int64_t round, const TensorTree& state) {
   H5Fflush(impl_->file.get(), H5F_SCOPE_GLOBAL);
 }
 
-struct RunLogReader::Impl {
-  Handle file;
-};
-
-RunLogReader::RunLogReader(const std::string& path) : impl_(std::make_unique<Impl>()), path_(path) {
-  silence_hdf5_errors();
-  FAX_CHECK(H5Fis_hdf5(path.c_str()) > 0, "{}: not an HDF5 file, or cannot be read", path);
-  impl_->file = Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  FAX_CHECK(impl_->file.get() >= 0, "{}: cannot open the run log", path);
-  FAX_CHECK(H5Lexists(impl_->file.get(), "/config", H5P_DEFAULT) > 0, "{}: not a fax run log (no /config)", path);
+RunLogReader::RunLogReader(const std::string& path) : file_(path) {
+  FAX_CHECK(file_.exists("/config"), "{}: not a fax run log (no /config)", path);
 }
 
-RunLogReader::~RunLogReader() = default;
+std::string RunLogReader::config() const { return file_.read_string("/config"); }
 
-std::string RunLogReader::config() const {
-  Handle ds(checked(H5Dopen2(impl_->file.get(), "/config", H5P_DEFAULT), path_, "open /config"), H5Dclose);
-  return read_vlen_string(ds.get(), false, path_);
-}
-
-StringPairs RunLogReader::env() const {
-  Handle group(checked(H5Gopen2(impl_->file.get(), "/env", H5P_DEFAULT), path_, "open /env"), H5Gclose);
-  H5O_info_t info;
-  H5Oget_info2(group.get(), &info, H5O_INFO_NUM_ATTRS);
-  StringPairs out;
-  for (hsize_t i = 0; i < info.num_attrs; ++i) {
-    Handle attr(checked(H5Aopen_by_idx(group.get(), ".", H5_INDEX_CRT_ORDER, H5_ITER_INC, i, H5P_DEFAULT,
-                                       H5P_DEFAULT),
-                        path_, "read /env"),
-                H5Aclose);
-    char name[256] = {0};
-    H5Aget_name(attr.get(), sizeof(name), name);
-    out.emplace_back(name, read_vlen_string(attr.get(), true, path_));
-  }
-  return out;
-}
+StringPairs RunLogReader::env() const { return file_.string_attributes("/env"); }
 
 std::vector<int64_t> RunLogReader::rounds() const {
-  return read_vector<int64_t>(impl_->file.get(), "/metrics/round", H5T_NATIVE_INT64, path_);
+  const at::Tensor r = file_.read("/metrics/round");
+  return {r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + r.numel()};
 }
 
 std::vector<std::string> RunLogReader::metric_names() const {
-  std::vector<std::string> names = datasets_below(impl_->file.get(), "/metrics");
+  std::vector<std::string> names = file_.datasets_below("/metrics");
   names.erase(std::remove(names.begin(), names.end(), "round"), names.end());
   return names;
 }
 
 std::vector<double> RunLogReader::metric(const std::string& name) const {
-  return read_vector<double>(impl_->file.get(), "/metrics/" + name, H5T_NATIVE_DOUBLE, path_);
+  const at::Tensor m = file_.read("/metrics/" + name).to(at::kDouble);
+  return {m.data_ptr<double>(), m.data_ptr<double>() + m.numel()};
 }
 
-at::Tensor RunLogReader::dataset(const std::string& name) const {
-  FAX_CHECK(H5Lexists(impl_->file.get(), name.c_str(), H5P_DEFAULT) > 0, "{}: no dataset {}", path_, name);
-  Handle ds(checked(H5Dopen2(impl_->file.get(), name.c_str(), H5P_DEFAULT), path_, "open " + name), H5Dclose);
-  Handle space(H5Dget_space(ds.get()), H5Sclose);
-  Handle type(H5Dget_type(ds.get()), H5Tclose);
-  const int rank = H5Sget_simple_extent_ndims(space.get());
-  std::vector<hsize_t> dims(rank);
-  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
-  const at::ScalarType st = scalar_type_of(type.get(), path_);
-  at::Tensor t = at::empty(std::vector<int64_t>(dims.begin(), dims.end()), at::TensorOptions().dtype(st));
-  if (t.numel() > 0) {
-    checked(H5Dread(ds.get(), native_type(st, path_), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()), path_, "read " + name);
-  }
-  return t;
-}
+at::Tensor RunLogReader::dataset(const std::string& name) const { return file_.read(name); }
 
 std::vector<int64_t> RunLogReader::checkpoint_rounds() const {
   std::vector<int64_t> rounds;
-  Handle g(H5Gopen2(impl_->file.get(), "/checkpoints", H5P_DEFAULT), H5Gclose);
-  if (g.get() < 0) return rounds;
-  auto visit = [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
-    static_cast<std::vector<int64_t>*>(data)->push_back(std::stoll(name));
-    return 0;
-  };
-  H5Literate(g.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, visit, &rounds);
+  if (!file_.exists("/checkpoints")) return rounds;
+  for (const auto& name : file_.members("/checkpoints")) rounds.push_back(std::stoll(name));
   std::sort(rounds.begin(), rounds.end());
   return rounds;
 }
 
 TensorTree RunLogReader::checkpoint(int64_t round) const {
   const std::string group = fmt::format("/checkpoints/{}", round);
-  FAX_CHECK(H5Lexists(impl_->file.get(), "/checkpoints", H5P_DEFAULT) > 0 &&
-                H5Lexists(impl_->file.get(), group.c_str(), H5P_DEFAULT) > 0,
-            "{}: no checkpoint of round {}", path_, round);
-  Handle g(checked(H5Gopen2(impl_->file.get(), group.c_str(), H5P_DEFAULT), path_, "open " + group), H5Gclose);
-  Handle leaves(checked(H5Aopen(g.get(), "leaves", H5P_DEFAULT), path_, "read the leaves of " + group), H5Aclose);
-  std::vector<std::string> names;
-  std::stringstream order(read_vlen_string(leaves.get(), true, path_));
-  for (std::string name; std::getline(order, name);) names.push_back(name);
+  FAX_CHECK(file_.exists(group), "{}: no checkpoint of round {}", file_.path(), round);
+  std::stringstream order(file_.read_string_attribute(group, "leaves"));
   TensorTree tree;
-  for (const auto& name : names) tree.set(name, dataset(group + "/" + name));
+  for (std::string name; std::getline(order, name);) tree.set(name, file_.read(group + "/" + name));
   return tree;
 }
 

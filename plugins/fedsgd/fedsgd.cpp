@@ -32,8 +32,8 @@ class FedSgd final : public fax::Algorithm {
       // Whole local data set as one (masked) batch.
       const fax::ClientBatches batches(chunk, ctx.data, 1, 0);
       const fax::Batch b = batches.batch(0);
-      const at::Tensor per_example = fax::cross_entropy(ctx.model.forward(params, b.x), b.y);
-      return (per_example * b.mask).sum(1) / b.mask.sum(1);
+      const at::Tensor losses = fax::per_example(fax::cross_entropy(ctx.model.forward(params, b.x), b.y), 2);
+      return (losses * b.mask).sum(1) / b.mask.sum(1);
     }, at_clients);
     const at::Tensor loss = fax::weighted_mean(losses, ctx.example_counts()).value();
     const auto grads = torch::autograd::grad({loss}, x.tensors());

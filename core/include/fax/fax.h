@@ -8,8 +8,10 @@
 #include <fax/cohort.h>
 #include <fax/config.h>
 #include <fax/data.h>
+#include <fax/layers.h>
 #include <fax/local_training.h>
 #include <fax/model.h>
+#include <fax/models.h>
 #include <fax/plugin.h>
 #include <fax/communicator.h>
 #include <fax/error.h>

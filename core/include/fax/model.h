@@ -28,16 +28,22 @@ class Model {
   virtual int64_t forward_flops() const = 0;
 };
 
-/// Per-example cross-entropy of logits [..., classes] against int64 labels [...].
+/// Cross-entropy of logits [..., classes] against int64 labels [...], per label.
 at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& labels);
 /// 1 where the arg-max class equals the label, else 0 (float, shape of labels).
 at::Tensor correct(const at::Tensor& logits, const at::Tensor& labels);
+/// Reduces per-label values [examples..., labels...] to one value per example by averaging the
+/// axes after the first `example_dims` (the tokens of a sequence); classification is unchanged.
+at::Tensor per_example(const at::Tensor& per_label, int64_t example_dims);
 
-/// Models fax builds by name (`model.name` in an experiment).
+/// What a model is built for: one input's shape (without the example axis; [tokens] for text)
+/// and the number of classes (the vocabulary for text).
 struct ModelShape {
   std::vector<int64_t> input_shape;
   int64_t num_classes = 0;
 };
+
+/// Models fax builds by name (`model.name` in an experiment).
 
 struct ModelEntry {
   std::string name;
@@ -48,23 +54,5 @@ struct ModelEntry {
 
 const std::vector<ModelEntry>& model_registry();
 const ModelEntry& find_model(const std::string& name);
-
-/// Softmax (multinomial logistic) regression: logits = x W + b, inputs flattened.
-class SoftmaxRegression final : public Model {
- public:
-  SoftmaxRegression(int64_t inputs, int64_t classes);
-  std::string describe() const override;
-  TensorTree init(at::Generator generator) const override;
-  at::Tensor forward(const TensorTree& params, const at::Tensor& x) const override;
-  int64_t forward_flops() const override { return 2 * inputs_ * classes_; }
-
- private:
-  int64_t inputs_;
-  int64_t classes_;
-};
-
-/// A dense layer with an optional leading clients axis on its parameters: x [k, b, in] with
-/// w [k, in, out], bias [k, out] (one baddbmm), or x [b, in] with w [in, out], bias [out].
-at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
 
 }  // namespace fax

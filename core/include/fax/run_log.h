@@ -9,6 +9,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <fax/hdf5.h>
 #include <fax/tensor_tree.h>
 
 namespace fax {
@@ -51,9 +52,6 @@ class RunLog {
 class RunLogReader {
  public:
   explicit RunLogReader(const std::string& path);
-  ~RunLogReader();
-  RunLogReader(const RunLogReader&) = delete;
-  RunLogReader& operator=(const RunLogReader&) = delete;
 
   std::string config() const;
   StringPairs env() const;
@@ -67,9 +65,7 @@ class RunLogReader {
   TensorTree checkpoint(int64_t round) const;
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-  std::string path_;
+  h5::File file_;
 };
 
 }  // namespace fax

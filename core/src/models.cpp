@@ -1,0 +1,244 @@
+#include <fax/models.h>
+
+#include <sstream>
+
+#include <ATen/ATen.h>
+
+#include <fax/error.h>
+#include <fax/layers.h>
+
+namespace fax {
+namespace {
+
+int64_t product(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// PyTorch's default for Linear and Conv2d: weights and biases ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+at::Tensor fan_in_uniform(std::vector<int64_t> shape, int64_t fan_in, at::Generator& g) {
+  const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+  return at::empty(shape).uniform_(-bound, bound, g);
+}
+
+// Whether the parameters carry a clients axis: compare one leaf's rank with its unbatched rank.
+bool is_batched(const TensorTree& params, const std::string& leaf, int64_t unbatched_rank) {
+  return params.at(leaf).dim() == unbatched_rank + 1;
+}
+
+// Flattens the `input_rank` trailing axes of one input into features.
+at::Tensor flatten_input(const at::Tensor& x, int64_t input_rank) { return x.flatten(x.dim() - input_rank); }
+
+std::vector<int64_t> parse_sizes(const std::string& text, const std::string& key) {
+  std::vector<int64_t> sizes;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    try {
+      size_t used = 0;
+      const int64_t v = std::stoll(part, &used);
+      FAX_CHECK(used == part.size() && v > 0, "bad size");
+      sizes.push_back(v);
+    } catch (const std::exception&) {
+      throw Error(fmt::format("{}: '{}' is not a comma-separated list of positive sizes", key, text));
+    }
+  }
+  return sizes;
+}
+
+}  // namespace
+
+SoftmaxRegression::SoftmaxRegression(int64_t inputs, int64_t classes) : inputs_(inputs), classes_(classes) {
+  FAX_CHECK(inputs > 0 && classes > 1, "softmax_regression needs inputs > 0 and classes > 1 (got {} and {})", inputs,
+            classes);
+}
+
+std::string SoftmaxRegression::describe() const {
+  return fmt::format("softmax_regression({} -> {})", inputs_, classes_);
+}
+
+TensorTree SoftmaxRegression::init(at::Generator) const {
+  // Zero initialisation, as in the FedProx reference for multinomial logistic regression: the
+  // problem is convex, so the start point only shifts the curve.
+  return TensorTree{{"w", at::zeros({inputs_, classes_})}, {"b", at::zeros({classes_})}};
+}
+
+at::Tensor SoftmaxRegression::forward(const TensorTree& params, const at::Tensor& x) const {
+  const at::Tensor flat = x.reshape({-1, inputs_});
+  const bool batched = is_batched(params, "w", 2);
+  const at::Tensor out = fax::linear(batched ? flat.view({x.size(0), -1, inputs_}) : flat, params.at("w"), params.at("b"));
+  return batched ? out : out.view({-1, classes_});
+}
+
+Mlp::Mlp(std::vector<int64_t> input_shape, std::vector<int64_t> hidden, int64_t classes)
+    : input_rank_(static_cast<int64_t>(input_shape.size())) {
+  FAX_CHECK(classes > 1, "mlp needs at least 2 classes (got {})", classes);
+  sizes_.push_back(product(input_shape));
+  sizes_.insert(sizes_.end(), hidden.begin(), hidden.end());
+  sizes_.push_back(classes);
+}
+
+std::string Mlp::describe() const { return fmt::format("mlp({})", fmt::join(sizes_, "-")); }
+
+TensorTree Mlp::init(at::Generator g) const {
+  TensorTree p;
+  for (size_t l = 0; l + 1 < sizes_.size(); ++l) {
+    p.set(fmt::format("l{}.w", l), fan_in_uniform({sizes_[l], sizes_[l + 1]}, sizes_[l], g));
+    p.set(fmt::format("l{}.b", l), fan_in_uniform({sizes_[l + 1]}, sizes_[l], g));
+  }
+  return p;
+}
+
+at::Tensor Mlp::forward(const TensorTree& params, const at::Tensor& x) const {
+  at::Tensor h = flatten_input(x, input_rank_);
+  for (size_t l = 0; l + 1 < sizes_.size(); ++l) {
+    h = fax::linear(h, params.at(fmt::format("l{}.w", l)), params.at(fmt::format("l{}.b", l)));
+    if (l + 2 < sizes_.size()) h = at::relu(h);
+  }
+  return h;
+}
+
+int64_t Mlp::forward_flops() const {
+  int64_t flops = 0;
+  for (size_t l = 0; l + 1 < sizes_.size(); ++l) flops += 2 * sizes_[l] * sizes_[l + 1];
+  return flops;
+}
+
+Cnn::Cnn(std::vector<int64_t> input_shape, int64_t classes) : classes_(classes) {
+  FAX_CHECK(input_shape.size() == 3 && input_shape[1] % 4 == 0 && input_shape[2] % 4 == 0,
+            "cnn needs inputs [channels, height, width] with height and width multiples of 4 (got [{}])",
+            fmt::join(input_shape, ", "));
+  channels_ = input_shape[0];
+  height_ = input_shape[1];
+  width_ = input_shape[2];
+}
+
+std::string Cnn::describe() const {
+  return fmt::format("cnn({}x{}x{}: conv5x5x32, pool, conv5x5x64, pool, dense 512, dense {})", channels_, height_,
+                     width_, classes_);
+}
+
+TensorTree Cnn::init(at::Generator g) const {
+  const int64_t flat = 64 * (height_ / 4) * (width_ / 4);
+  return TensorTree{{"conv1.w", fan_in_uniform({32, channels_, 5, 5}, channels_ * 25, g)},
+                    {"conv1.b", fan_in_uniform({32}, channels_ * 25, g)},
+                    {"conv2.w", fan_in_uniform({64, 32, 5, 5}, 32 * 25, g)},
+                    {"conv2.b", fan_in_uniform({64}, 32 * 25, g)},
+                    {"fc1.w", fan_in_uniform({flat, 512}, flat, g)},
+                    {"fc1.b", fan_in_uniform({512}, flat, g)},
+                    {"fc2.w", fan_in_uniform({512, classes_}, 512, g)},
+                    {"fc2.b", fan_in_uniform({classes_}, 512, g)}};
+}
+
+at::Tensor Cnn::forward(const TensorTree& params, const at::Tensor& x) const {
+  at::Tensor h = fax::max_pool2(at::relu(fax::conv2d(x, params.at("conv1.w"), params.at("conv1.b"), 2)));
+  h = fax::max_pool2(at::relu(fax::conv2d(h, params.at("conv2.w"), params.at("conv2.b"), 2)));
+  h = at::relu(fax::linear(h.flatten(h.dim() - 3), params.at("fc1.w"), params.at("fc1.b")));
+  return fax::linear(h, params.at("fc2.w"), params.at("fc2.b"));
+}
+
+int64_t Cnn::forward_flops() const {
+  const int64_t conv1 = 2 * height_ * width_ * 32 * channels_ * 25;
+  const int64_t conv2 = 2 * (height_ / 2) * (width_ / 2) * 64 * 32 * 25;
+  const int64_t fc = 2 * (64 * (height_ / 4) * (width_ / 4) * 512 + 512 * classes_);
+  return conv1 + conv2 + fc;
+}
+
+TransformerLm::TransformerLm(TransformerOptions o) : o_(o) {
+  FAX_CHECK(o.vocab > 1 && o.context > 0, "transformer needs a vocabulary and a context (got {} and {})", o.vocab,
+            o.context);
+  FAX_CHECK(o.depth > 0 && o.width > 0 && o.heads > 0 && o.width % o.heads == 0,
+            "transformer: width ({}) must be a positive multiple of heads ({}), depth positive ({})", o.width,
+            o.heads, o.depth);
+}
+
+std::string TransformerLm::describe() const {
+  return fmt::format("transformer(vocab {}, context {}, depth {}, width {}, heads {})", o_.vocab, o_.context,
+                     o_.depth, o_.width, o_.heads);
+}
+
+TensorTree TransformerLm::init(at::Generator g) const {
+  // GPT-2 style: N(0, 0.02) weights, zero biases, unit layer-norm gains.
+  auto normal = [&](std::vector<int64_t> shape) { return at::empty(shape).normal_(0.0, 0.02, g); };
+  const int64_t d = o_.width;
+  TensorTree p{{"embed.tokens", normal({o_.vocab, d})}, {"embed.positions", normal({o_.context, d})}};
+  for (int64_t l = 0; l < o_.depth; ++l) {
+    const std::string b = fmt::format("block{}.", l);
+    p.set(b + "ln1.g", at::ones({d}));
+    p.set(b + "ln1.b", at::zeros({d}));
+    p.set(b + "attn.qkv.w", normal({d, 3 * d}));
+    p.set(b + "attn.qkv.b", at::zeros({3 * d}));
+    p.set(b + "attn.out.w", normal({d, d}));
+    p.set(b + "attn.out.b", at::zeros({d}));
+    p.set(b + "ln2.g", at::ones({d}));
+    p.set(b + "ln2.b", at::zeros({d}));
+    p.set(b + "mlp.in.w", normal({d, 4 * d}));
+    p.set(b + "mlp.in.b", at::zeros({4 * d}));
+    p.set(b + "mlp.out.w", normal({4 * d, d}));
+    p.set(b + "mlp.out.b", at::zeros({d}));
+  }
+  p.set("ln.g", at::ones({d}));
+  p.set("ln.b", at::zeros({d}));
+  p.set("head.w", normal({d, o_.vocab}));
+  p.set("head.b", at::zeros({o_.vocab}));
+  return p;
+}
+
+at::Tensor TransformerLm::forward(const TensorTree& params, const at::Tensor& x) const {
+  const bool batched = is_batched(params, "embed.positions", 2);
+  const int64_t t = x.size(-1);
+  FAX_CHECK(t <= o_.context, "transformer: sequences of {} tokens exceed the context of {}", t, o_.context);
+  // Positions [t, d] (or [k, 1, t, d]) broadcast over the batch.
+  const at::Tensor positions = params.at("embed.positions");
+  at::Tensor h = fax::embedding(x, params.at("embed.tokens")) +
+                 (batched ? positions.narrow(1, 0, t).unsqueeze(1) : positions.narrow(0, 0, t));
+  for (int64_t l = 0; l < o_.depth; ++l) {
+    const std::string b = fmt::format("block{}.", l);
+    auto p = [&](const char* name) -> const at::Tensor& { return params.at(b + name); };
+    h = h + fax::causal_self_attention(fax::layer_norm(h, p("ln1.g"), p("ln1.b")), p("attn.qkv.w"), p("attn.qkv.b"),
+                                  p("attn.out.w"), p("attn.out.b"), o_.heads);
+    const at::Tensor inner = at::gelu(fax::linear(fax::layer_norm(h, p("ln2.g"), p("ln2.b")), p("mlp.in.w"), p("mlp.in.b")));
+    h = h + fax::linear(inner, p("mlp.out.w"), p("mlp.out.b"));
+  }
+  return fax::linear(fax::layer_norm(h, params.at("ln.g"), params.at("ln.b")), params.at("head.w"), params.at("head.b"));
+}
+
+int64_t TransformerLm::forward_flops() const {
+  // Per sequence: 2 flops per weight per token in the matmuls, plus attention scores and mixing
+  // (2 * t * d each per token, counted in full although half is masked).
+  const int64_t d = o_.width, t = o_.context;
+  const int64_t per_token = 2 * (o_.depth * 12 * d * d + d * o_.vocab) + o_.depth * 4 * t * d;
+  return per_token * t;
+}
+
+const std::vector<ModelEntry>& model_registry() {
+  static const std::vector<ModelEntry> registry = {
+      {"softmax_regression", "multinomial logistic regression on flattened inputs", {},
+       [](const Config&, const ModelShape& shape) -> std::unique_ptr<Model> {
+         return std::make_unique<SoftmaxRegression>(product(shape.input_shape), shape.num_classes);
+       }},
+      {"mlp", "multilayer perceptron with ReLU (McMahan et al.: 784-200-200-10)",
+       {string_key("hidden", "200,200", "hidden layer widths, comma-separated")},
+       [](const Config& c, const ModelShape& shape) -> std::unique_ptr<Model> {
+         return std::make_unique<Mlp>(shape.input_shape, parse_sizes(c.get_string("model.hidden"), "model.hidden"),
+                                      shape.num_classes);
+       }},
+      {"cnn", "the CNN of McMahan et al. 2017 (two 5x5 conv + pool, dense 512)", {},
+       [](const Config&, const ModelShape& shape) -> std::unique_ptr<Model> {
+         return std::make_unique<Cnn>(shape.input_shape, shape.num_classes);
+       }},
+      {"transformer", "decoder-only transformer language model (next-token prediction)",
+       {int_key("depth", "2", "transformer blocks", 1), int_key("width", "64", "model width", 1),
+        int_key("heads", "4", "attention heads (divides width)", 1)},
+       [](const Config& c, const ModelShape& shape) -> std::unique_ptr<Model> {
+         FAX_CHECK(shape.input_shape.size() == 1, "the transformer needs token sequences (a text data set)");
+         return std::make_unique<TransformerLm>(TransformerOptions{shape.num_classes, shape.input_shape[0],
+                                                                   c.get_int("model.depth"), c.get_int("model.width"),
+                                                                   c.get_int("model.heads")});
+       }},
+  };
+  return registry;
+}
+
+}  // namespace fax
