@@ -1,9 +1,23 @@
 #include <fax/datasets.h>
 
 #include <fax/registry.h>
+#include <fax/sources.h>
 #include <fax/synthetic.h>
 
 namespace fax {
+
+namespace {
+PartitionOptions partition_options(const Config& c) {
+  PartitionOptions o;
+  o.kind = c.get_string("data.partition");
+  o.clients = c.get_int("data.clients");
+  o.alpha = c.get_float("data.alpha");
+  o.shards_per_client = c.get_int("data.shards_per_client");
+  o.min_examples = c.get_int("data.min_examples");
+  o.seed = static_cast<uint64_t>(c.get_int("data.seed"));
+  return o;
+}
+}  // namespace
 
 const std::vector<DatasetEntry>& dataset_registry() {
   static const std::vector<DatasetEntry> registry = {
@@ -28,6 +42,64 @@ const std::vector<DatasetEntry>& dataset_registry() {
          o.test_fraction = c.get_float("data.test_fraction");
          o.seed = static_cast<uint64_t>(c.get_int("data.seed"));
          return std::make_unique<SyntheticDataset>(o);
+       }},
+      {"fmnist",
+       "Fashion-MNIST (Xiao et al. 2017), 60k training images split into clients, the 10k test images",
+       {string_key("path", "/usr/share/datasets/fashion-mnist", "directory of the IDX .gz files"),
+        string_key("partition", "dirichlet", "how the training set is split into clients", {"iid", "dirichlet", "shards"}),
+        int_key("clients", "600", "clients", 1),
+        float_key("alpha", "0.5", "dirichlet concentration: smaller, fewer classes per client", 0, 1e9, true),
+        int_key("shards_per_client", "2", "shards partition: label-sorted shards per client", 1),
+        int_key("min_examples", "10", "every client gets at least this many examples", 1),
+        int_key("seed", "0", "seed of the partition (independent of the training seed)", 0)},
+       [](const Config& c) -> std::unique_ptr<FederatedDataset> {
+         return load_fashion_mnist(c.get_string("data.path"), partition_options(c));
+       }},
+      {"tff_hdf5", "a TensorFlow Federated HDF5 file (fed_emnist schema: /examples/<client>/<feature>)",
+       {string_key("path", "", "the training file"),
+        string_key("test_path", "", "the test file with the same schema; empty: hold out test_fraction per client"),
+        string_key("x", "pixels", "the input feature"), string_key("y", "label", "the label feature"),
+        float_key("test_fraction", "0.1", "share of each client held out when there is no test file", 0, 0.9),
+        int_key("classes", "0", "number of classes; 0: the largest label + 1", 0)},
+       [](const Config& c) -> std::unique_ptr<FederatedDataset> {
+         TffHdf5Options o;
+         o.path = c.get_string("data.path");
+         o.test_path = c.get_string("data.test_path");
+         o.x = c.get_string("data.x");
+         o.y = c.get_string("data.y");
+         o.test_fraction = c.get_float("data.test_fraction");
+         o.classes = c.get_int("data.classes");
+         return load_tff_hdf5(o);
+       }},
+      {"text", "next-token prediction on text: a folder (client per file), client<TAB>text lines, or TFF HDF5 strings",
+       {string_key("path", "", "the corpus: a folder, a text file or a .h5 file"),
+        string_key("feature", "snippets", "TFF HDF5: the string feature"),
+        int_key("sequence_length", "64", "tokens per training sequence", 1),
+        int_key("max_vocab", "256", "characters allowed before falling back to a byte vocabulary", 2),
+        float_key("test_fraction", "0.1", "share of each client's sequences held out", 0, 0.9)},
+       [](const Config& c) -> std::unique_ptr<FederatedDataset> {
+         TextOptions o;
+         o.path = c.get_string("data.path");
+         o.feature = c.get_string("data.feature");
+         o.sequence_length = c.get_int("data.sequence_length");
+         o.max_vocab = c.get_int("data.max_vocab");
+         o.test_fraction = c.get_float("data.test_fraction");
+         return std::make_unique<TextDataset>(o);
+       }},
+      {"synthetic_tokens", "token streams from per-client Markov chains, for language-model benchmarks",
+       {int_key("clients", "64", "clients", 1), int_key("sequences", "32", "sequences per client", 2),
+        int_key("sequence_length", "64", "tokens per sequence", 1), int_key("vocab", "256", "vocabulary", 2),
+        float_key("test_fraction", "0.1", "share of each client's sequences held out", 0, 0.9),
+        int_key("seed", "0", "seed of the data", 0)},
+       [](const Config& c) -> std::unique_ptr<FederatedDataset> {
+         SyntheticTokensOptions o;
+         o.clients = c.get_int("data.clients");
+         o.sequences = c.get_int("data.sequences");
+         o.sequence_length = c.get_int("data.sequence_length");
+         o.vocab = c.get_int("data.vocab");
+         o.test_fraction = c.get_float("data.test_fraction");
+         o.seed = static_cast<uint64_t>(c.get_int("data.seed"));
+         return make_synthetic_tokens(o);
        }},
   };
   return registry;

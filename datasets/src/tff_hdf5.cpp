@@ -1,0 +1,71 @@
+#include <fax/sources.h>
+
+#include <ATen/ATen.h>
+
+#include <fax/error.h>
+#include <fax/hdf5.h>
+#include <fax/in_memory.h>
+
+namespace fax {
+namespace {
+
+// One client's examples from a TFF file: /examples/<id>/<x> and /<y>.
+Examples read_client(const h5::File& file, const std::string& id, const TffHdf5Options& o) {
+  const std::string group = "/examples/" + id;
+  for (const auto& feature : {o.x, o.y}) {
+    FAX_CHECK(file.exists(group + "/" + feature), "{}: client '{}' has no feature '{}' (members: {})", file.path(), id,
+              feature, fmt::join(file.members(group), ", "));
+  }
+  at::Tensor x = file.read(group + "/" + o.x).to(at::kFloat);
+  const at::Tensor y = file.read(group + "/" + o.y);
+  FAX_CHECK(!y.is_floating_point(), "{}: {}/{} holds floats; labels must be integers", file.path(), group, o.y);
+  FAX_CHECK(x.dim() >= 1 && y.dim() >= 1 && x.size(0) == y.size(0), "{}: client '{}' has {} inputs and {} labels",
+            file.path(), id, x.dim() ? x.size(0) : 0, y.dim() ? y.size(0) : 0);
+  if (x.dim() == 3) x = x.unsqueeze(1);  // images without a channel axis
+  return {x.contiguous(), y.to(at::kLong)};
+}
+
+std::vector<std::pair<std::string, Examples>> read_file(const std::string& path, const TffHdf5Options& o) {
+  const h5::File file(path);
+  FAX_CHECK(file.exists("/examples"), "{}: not a TFF federated file (no /examples group)", path);
+  std::vector<std::pair<std::string, Examples>> clients;
+  for (const auto& id : file.members("/examples")) clients.emplace_back(id, read_client(file, id, o));
+  FAX_CHECK(!clients.empty(), "{}: /examples holds no clients", path);
+  return clients;
+}
+
+}  // namespace
+
+std::unique_ptr<FederatedDataset> load_tff_hdf5(const TffHdf5Options& o) {
+  FAX_CHECK(!o.path.empty(), "data.path: the TFF HDF5 file to read is not set");
+  auto train = read_file(o.path, o);
+  std::vector<Examples> clients;
+  std::vector<at::Tensor> test_x, test_y;
+  if (!o.test_path.empty()) {
+    for (auto& [id, examples] : read_file(o.test_path, o)) {
+      test_x.push_back(examples.x);
+      test_y.push_back(examples.y);
+    }
+  }
+  for (auto& [id, examples] : train) {
+    if (o.test_path.empty()) {
+      const int64_t n = examples.size();
+      const int64_t held = n > 1 ? std::max<int64_t>(1, static_cast<int64_t>(o.test_fraction * static_cast<double>(n))) : 0;
+      test_x.push_back(examples.x.narrow(0, n - held, held));
+      test_y.push_back(examples.y.narrow(0, n - held, held));
+      examples = {examples.x.narrow(0, 0, n - held), examples.y.narrow(0, 0, n - held)};
+    }
+    clients.push_back(examples);
+  }
+  Examples test{at::cat(test_x), at::cat(test_y)};
+  int64_t classes = o.classes;
+  if (classes == 0) {
+    int64_t largest = test.y.numel() ? test.y.max().item<int64_t>() : 0;
+    for (const auto& c : clients) largest = std::max(largest, c.y.max().item<int64_t>());
+    classes = largest + 1;
+  }
+  return std::make_unique<InMemoryDataset>(std::move(clients), std::move(test), classes,
+                                           fmt::format("tff_hdf5({}, x={}, y={})", o.path, o.x, o.y));
+}
+
+}  // namespace fax

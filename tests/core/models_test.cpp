@@ -1,0 +1,128 @@
+#include <torch/csrc/autograd/autograd.h>
+
+#include <fax/layers.h>
+#include <fax/models.h>
+
+#include "helpers.h"
+
+namespace fax {
+namespace {
+
+// k clients' parameters, each from its own stream.
+std::vector<TensorTree> client_params(const Model& model, int64_t k) {
+  std::vector<TensorTree> out;
+  for (int64_t i = 0; i < k; ++i) out.push_back(model.init(client_generator(5, 0, i)));
+  return out;
+}
+
+// The batched forward over k clients equals each client's own unbatched forward.
+void expect_batched_matches_per_client(const Model& model, const at::Tensor& x) {
+  const int64_t k = x.size(0);
+  const auto params = client_params(model, k);
+  const at::Tensor batched = model.forward(stack(params), x);
+  for (int64_t i = 0; i < k; ++i) {
+    const at::Tensor alone = model.forward(params[i], x[i]);
+    ASSERT_EQ(batched[i].sizes(), alone.sizes()) << model.describe();
+    EXPECT_TRUE(at::allclose(batched[i], alone, 1e-5, 1e-5))
+        << model.describe() << " client " << i << ": max difference " << (batched[i] - alone).abs().max().item<double>();
+  }
+}
+
+class ModelsTest : public test::SeededTest {};
+
+TEST_F(ModelsTest, SoftmaxRegressionBatchedMatchesPerClient) {
+  expect_batched_matches_per_client(SoftmaxRegression(12, 4), at::randn({3, 5, 12}));
+}
+
+TEST_F(ModelsTest, MlpBatchedMatchesPerClient) {
+  Mlp mlp({1, 28, 28}, {200, 200}, 10);
+  EXPECT_EQ(mlp.describe(), "mlp(784-200-200-10)");
+  EXPECT_EQ(mlp.forward_flops(), 2 * (784 * 200 + 200 * 200 + 200 * 10));
+  expect_batched_matches_per_client(mlp, at::randn({3, 4, 1, 28, 28}));
+}
+
+TEST_F(ModelsTest, CnnBatchedMatchesPerClient) {
+  Cnn cnn({1, 28, 28}, 10);
+  const TensorTree p = cnn.init(client_generator(0, 0, 0));
+  EXPECT_EQ(p.at("fc1.w").sizes(), (at::IntArrayRef{64 * 7 * 7, 512}));
+  // McMahan et al.'s CNN has 1,663,370 parameters on 28x28x1 inputs.
+  EXPECT_EQ(p.numel(), 1663370);
+  expect_batched_matches_per_client(cnn, at::randn({3, 2, 1, 28, 28}));
+}
+
+TEST_F(ModelsTest, TransformerBatchedMatchesPerClient) {
+  TransformerLm lm({50, 16, 2, 32, 4});
+  expect_batched_matches_per_client(lm, at::randint(0, 50, {3, 2, 16}, at::kLong));
+  // Shorter sequences than the context work too.
+  expect_batched_matches_per_client(lm, at::randint(0, 50, {2, 3, 9}, at::kLong));
+  EXPECT_THROW(lm.forward(lm.init(client_generator(0, 0, 0)), at::zeros({1, 17}, at::kLong)), Error);
+}
+
+TEST_F(ModelsTest, TransformerIsCausal) {
+  TransformerLm lm({30, 12, 2, 16, 2});
+  const TensorTree p = lm.init(client_generator(1, 0, 0));
+  const at::Tensor x = at::randint(0, 30, {2, 12}, at::kLong);
+  at::Tensor changed = x.clone();
+  changed.narrow(1, 7, 5).random_(0, 30);
+  const at::Tensor a = lm.forward(p, x), b = lm.forward(p, changed);
+  EXPECT_TRUE(at::allclose(a.narrow(1, 0, 7), b.narrow(1, 0, 7), 1e-6, 1e-6)) << "the past sees the future";
+  EXPECT_FALSE(at::allclose(a.narrow(1, 7, 5), b.narrow(1, 7, 5))) << "later positions ignore their inputs";
+}
+
+TEST_F(ModelsTest, GroupedConvolutionEqualsPerClientConvolution) {
+  const at::Tensor x = at::randn({3, 2, 4, 8, 8});
+  const at::Tensor w = at::randn({3, 5, 4, 3, 3});
+  const at::Tensor b = at::randn({3, 5});
+  const at::Tensor out = fax::conv2d(x, w, b, 1);
+  ASSERT_EQ(out.sizes(), (at::IntArrayRef{3, 2, 5, 8, 8}));
+  for (int64_t i = 0; i < 3; ++i) EXPECT_TRUE(at::allclose(out[i], at::conv2d(x[i], w[i], b[i], 1, 1), 1e-5, 1e-5));
+}
+
+TEST_F(ModelsTest, EmbeddingAndLayerNormPerClient) {
+  const at::Tensor table = at::randn({3, 7, 4});
+  const at::Tensor ids = at::randint(0, 7, {3, 2, 5}, at::kLong);
+  const at::Tensor looked_up = fax::embedding(ids, table);
+  const at::Tensor gamma = at::randn({3, 4}), beta = at::randn({3, 4});
+  const at::Tensor normed = fax::layer_norm(looked_up, gamma, beta);
+  for (int64_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(at::equal(looked_up[i], at::embedding(table[i], ids[i])));
+    EXPECT_TRUE(at::allclose(normed[i], at::layer_norm(looked_up[i], {4}, gamma[i], beta[i], 1e-5), 1e-5, 1e-6));
+  }
+}
+
+// Models are differentiable end to end: the gradient of a scalar of the output in one input
+// coordinate agrees with finite differences (float64).
+TEST_F(ModelsTest, CnnGradientMatchesFiniteDifferences) {
+  Cnn cnn({1, 8, 8}, 3);
+  const TensorTree p = cnn.init(client_generator(2, 0, 0)).map([](const at::Tensor& t) { return t.to(at::kDouble); });
+  const at::Tensor x = at::randn({2, 1, 8, 8}, at::kDouble).requires_grad_(true);
+  const at::Tensor g = torch::autograd::grad({cnn.forward(p, x).pow(2).sum()}, {x})[0];
+  const double eps = 1e-6;
+  for (int64_t idx : {3, 17, 64 + 40}) {
+    at::Tensor plus = x.detach().clone(), minus = x.detach().clone();
+    plus.view({-1})[idx] += eps;
+    minus.view({-1})[idx] -= eps;
+    const double numeric = (cnn.forward(p, plus).pow(2).sum() - cnn.forward(p, minus).pow(2).sum()).item<double>() / (2 * eps);
+    EXPECT_NEAR(g.view({-1})[idx].item<double>(), numeric, 1e-5 * std::max(1.0, std::abs(numeric)));
+  }
+}
+
+TEST_F(ModelsTest, RegistryBuildsEveryModel) {
+  for (const auto& entry : model_registry()) {
+    Schema schema;
+    schema.add_all(entry.keys, "model");
+    Config config;
+    config.resolve(schema);
+    const bool text = entry.name == "transformer";
+    const ModelShape shape = text ? ModelShape{{16}, 40} : ModelShape{{1, 28, 28}, 10};
+    const auto model = entry.create(config, shape);
+    EXPECT_GT(model->forward_flops(), 0) << entry.name;
+    const at::Tensor x = text ? at::randint(0, 40, {2, 16}, at::kLong) : at::randn({2, 1, 28, 28});
+    const at::Tensor out = model->forward(model->init(client_generator(0, 0, 0)), x);
+    EXPECT_EQ(out.size(-1), text ? 40 : 10) << entry.name;
+  }
+  EXPECT_THROW(find_model("resnet"), Error);
+}
+
+}  // namespace
+}  // namespace fax

@@ -1,0 +1,260 @@
+#include <zlib.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <fax/datasets.h>
+#include <fax/idx.h>
+#include <fax/partition.h>
+#include <fax/sources.h>
+
+#include "../core/helpers.h"
+
+namespace fax {
+namespace {
+namespace fs = std::filesystem;
+
+class DatasetsTest : public test::SeededTest {
+ protected:
+  void SetUp() override {
+    SeededTest::SetUp();
+    dir = fs::temp_directory_path() / ("fax_datasets_test_" + std::to_string(::getpid()) + "_" +
+                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir);
+  }
+  void TearDown() override { fs::remove_all(dir); }
+
+  // Writes an IDX file of unsigned bytes: header for `shape`, then `payload` bytes.
+  std::string write_idx(const std::string& name, std::vector<uint32_t> shape, int64_t payload, bool gzip) {
+    std::string bytes = {0, 0, 0x08, static_cast<char>(shape.size())};
+    for (uint32_t d : shape) {
+      for (int s = 24; s >= 0; s -= 8) bytes.push_back(static_cast<char>((d >> s) & 0xff));
+    }
+    for (int64_t i = 0; i < payload; ++i) bytes.push_back(static_cast<char>(i % 251));
+    const std::string path = (dir / name).string();
+    if (gzip) {
+      gzFile f = gzopen(path.c_str(), "wb");
+      gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+      gzclose(f);
+    } else {
+      std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    }
+    return path;
+  }
+
+  static std::string tff(const std::string& name) {
+    const char* d = std::getenv("FAX_TEST_TFF_DIR");
+    return d != nullptr ? std::string(d) + "/" + name : std::string();
+  }
+
+  fs::path dir;
+};
+
+template <class F>
+std::string error_of(F&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected fax::Error";
+  return "";
+}
+
+TEST_F(DatasetsTest, IdxReadsCompressedAndPlainFiles) {
+  for (bool gzip : {true, false}) {
+    const at::Tensor t = read_idx(write_idx(gzip ? "a.gz" : "a", {3, 2, 2}, 12, gzip));
+    EXPECT_EQ(t.sizes(), (at::IntArrayRef{3, 2, 2}));
+    EXPECT_EQ(t.scalar_type(), at::kByte);
+    EXPECT_EQ(t.flatten()[11].item<int64_t>(), 11);
+  }
+}
+
+TEST_F(DatasetsTest, IdxErrorsNameTheFileAndTheProblem) {
+  const std::string truncated = write_idx("t.gz", {10, 4}, 25, true);
+  EXPECT_EQ(error_of([&] { read_idx(truncated); }),
+            truncated + ": truncated: the header promises 40 bytes of data, the file holds 25");
+  const std::string missing = (dir / "missing.gz").string();
+  EXPECT_EQ(error_of([&] { read_idx(missing); }), missing + ": no such file");
+  const std::string text = (dir / "text").string();
+  std::ofstream(text) << "hello world";
+  EXPECT_EQ(error_of([&] { read_idx(text); }), text + ": not an IDX file (bad magic number)");
+  // A gzip header followed by garbage.
+  const std::string corrupt = (dir / "corrupt.gz").string();
+  std::ofstream(corrupt, std::ios::binary) << std::string("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03garbage-garbage", 25);
+  const std::string message = error_of([&] { read_idx(corrupt); });
+  EXPECT_EQ(message.rfind(corrupt + ": ", 0), 0u) << message;
+}
+
+TEST_F(DatasetsTest, PartitionsAreDeterministicCompleteAndSkewed) {
+  const at::Tensor labels = at::randint(0, 10, {5000}, at::kLong);
+  auto classes_per_client = [&](const std::vector<at::Tensor>& parts) {
+    double total = 0;
+    for (const auto& p : parts) total += std::get<0>(at::_unique(labels.index_select(0, p))).numel();
+    return total / static_cast<double>(parts.size());
+  };
+  for (const std::string kind : {"iid", "dirichlet", "shards"}) {
+    PartitionOptions o;
+    o.kind = kind;
+    o.clients = 50;
+    o.alpha = 0.1;
+    o.min_examples = 5;
+    const auto parts = partition(labels, 10, o);
+    ASSERT_EQ(parts.size(), 50u);
+    const at::Tensor all = std::get<0>(at::cat(parts).sort());
+    EXPECT_TRUE(at::equal(all, at::arange(5000, at::kLong))) << kind << ": not every example exactly once";
+    for (const auto& p : parts) EXPECT_GE(p.numel(), 5) << kind;
+    const auto again = partition(labels, 10, o);
+    for (size_t c = 0; c < parts.size(); ++c) EXPECT_TRUE(at::equal(parts[c], again[c])) << kind << ": not deterministic";
+    o.seed = 1;
+    EXPECT_FALSE(at::equal(partition(labels, 10, o)[0], parts[0])) << kind << ": the seed is ignored";
+    const double spread = classes_per_client(parts);
+    if (kind == "iid") {
+      EXPECT_GT(spread, 9.5);
+    } else if (kind == "dirichlet") {
+      EXPECT_LT(spread, 6.0);
+    } else {
+      EXPECT_LE(spread, 3.0);
+    }
+  }
+  PartitionOptions impossible;
+  impossible.clients = 100;
+  impossible.min_examples = 100;
+  EXPECT_THROW(partition(labels, 10, impossible), Error);
+  PartitionOptions unknown;
+  unknown.kind = "random";
+  EXPECT_EQ(error_of([&] { partition(labels, 10, unknown); }), "unknown partition 'random' (iid, dirichlet, shards)");
+}
+
+TEST_F(DatasetsTest, FashionMnistFromTheDebianPackage) {
+  const std::string path = "/usr/share/datasets/fashion-mnist";
+  if (!fs::exists(path)) GTEST_SKIP() << path << " is missing: install dataset-fashion-mnist (scripts/install-deps.sh)";
+  PartitionOptions o;
+  o.kind = "dirichlet";
+  o.clients = 600;
+  o.alpha = 0.5;
+  o.min_examples = 10;
+  const auto data = load_fashion_mnist(path, o);
+  EXPECT_EQ(data->num_clients(), 600);
+  EXPECT_EQ(data->input_shape(), (std::vector<int64_t>{1, 28, 28}));
+  EXPECT_EQ(data->num_classes(), 10);
+  int64_t total = 0;
+  for (int64_t c = 0; c < 600; ++c) total += data->num_examples(c);
+  EXPECT_EQ(total, 60000);
+  EXPECT_EQ(data->test().x.sizes(), (at::IntArrayRef{10000, 1, 28, 28}));
+  EXPECT_NEAR(data->test().x.mean().item<double>(), 0.0, 0.05);
+  EXPECT_NEAR(data->test().x.std().item<double>(), 1.0, 0.05);
+  const Examples c7 = data->client(7);
+  EXPECT_EQ(c7.size(), data->num_examples(7));
+  EXPECT_EQ(c7.y.scalar_type(), at::kLong);
+  EXPECT_EQ(error_of([&] { load_fashion_mnist((dir / "nowhere").string(), o); }).find((dir / "nowhere").string() + ": no such directory"), 0u);
+}
+
+TEST_F(DatasetsTest, FashionMnistRejectsTruncatedFiles) {
+  // A directory whose training images stop early.
+  write_idx("train-images-idx3-ubyte.gz", {100, 28, 28}, 1000, true);
+  write_idx("train-labels-idx1-ubyte.gz", {100}, 100, true);
+  const std::string message = error_of([&] { load_fashion_mnist(dir.string(), PartitionOptions{}); });
+  EXPECT_NE(message.find("train-images-idx3-ubyte.gz: truncated"), std::string::npos) << message;
+}
+
+TEST_F(DatasetsTest, TffHdf5WrittenByH5pyReadsWithItsClients) {
+  const std::string train = tff("emnist_train.h5");
+  ASSERT_FALSE(train.empty()) << "FAX_TEST_TFF_DIR is not set: run through ctest (fixture datasets.tff_fixture)";
+  TffHdf5Options o;
+  o.path = train;
+  o.test_path = tff("emnist_test.h5");
+  const auto data = load_tff_hdf5(o);
+  ASSERT_EQ(data->num_clients(), 3);
+  EXPECT_EQ(data->num_examples(0), 5);  // clients in name order: f0000_12, f0001_04, f0002_33
+  EXPECT_EQ(data->num_examples(1), 3);
+  EXPECT_EQ(data->num_examples(2), 7);
+  EXPECT_EQ(data->input_shape(), (std::vector<int64_t>{1, 28, 28}));
+  EXPECT_EQ(data->client(2).x.scalar_type(), at::kFloat);
+  EXPECT_EQ(data->client(2).y.scalar_type(), at::kLong);
+  EXPECT_EQ(data->test().size(), 6);
+  // Without a test file, each client holds out a share of its own examples.
+  o.test_path.clear();
+  o.test_fraction = 0.3;
+  const auto held = load_tff_hdf5(o);
+  EXPECT_EQ(held->num_examples(2), 5);
+  EXPECT_EQ(held->test().size(), 1 + 1 + 2);
+  o.x = "image";
+  const std::string message = error_of([&] { load_tff_hdf5(o); });
+  EXPECT_NE(message.find("client 'f0000_12' has no feature 'image' (members: label, pixels)"), std::string::npos) << message;
+  o.path = (dir / "absent.h5").string();
+  EXPECT_EQ(error_of([&] { load_tff_hdf5(o); }), o.path + ": missing, unreadable or not an HDF5 file");
+}
+
+TEST_F(DatasetsTest, TextFromAFolderATabFileAndTffStrings) {
+  fs::create_directories(dir / "corpus");
+  std::ofstream(dir / "corpus" / "b.txt") << std::string(100, 'b') + "abc";
+  std::ofstream(dir / "corpus" / "a.txt") << "the quick brown fox jumps over the lazy dog, again and again and again";
+  std::ofstream(dir / "corpus" / "tiny.txt") << "hi";
+  TextOptions o;
+  o.path = (dir / "corpus").string();
+  o.sequence_length = 8;
+  o.test_fraction = 0.25;
+  const TextDataset folder(o);
+  EXPECT_EQ(folder.client_names(), (std::vector<std::string>{"a.txt", "b.txt"})) << "tiny.txt has no full window";
+  EXPECT_FALSE(folder.byte_level());
+  const Examples a = folder.client(0);
+  // 71 characters -> 7 windows of 9; 25% (1) held out.
+  EXPECT_EQ(a.x.sizes(), (at::IntArrayRef{6, 8}));
+  EXPECT_TRUE(at::equal(a.x[0].narrow(0, 1, 7), a.y[0].narrow(0, 0, 7))) << "labels are the inputs shifted by one";
+  EXPECT_EQ(folder.encode("t")[0], folder.client(0).x[0][0].item<int64_t>());
+  EXPECT_EQ(folder.input_shape(), (std::vector<int64_t>{8}));
+
+  o.max_vocab = 5;
+  const TextDataset bytes(o);
+  EXPECT_TRUE(bytes.byte_level());
+  EXPECT_EQ(bytes.num_classes(), 256);
+  EXPECT_EQ(bytes.client(0).x[0][0].item<int64_t>(), 't');
+
+  std::ofstream(dir / "lines.tsv") << "alice\thello there, how are you\nbob\tfine thanks\nalice\tand you?\n";
+  o.path = (dir / "lines.tsv").string();
+  o.max_vocab = 256;
+  o.sequence_length = 4;
+  const TextDataset lines(o);
+  EXPECT_EQ(lines.client_names(), (std::vector<std::string>{"alice", "bob"}));
+  std::ofstream(dir / "bad.tsv") << "alice\thello\nno tab here\n";
+  o.path = (dir / "bad.tsv").string();
+  EXPECT_EQ(error_of([&] { TextDataset t(o); }), o.path + ":2: expected 'client<TAB>text' lines");
+
+  const std::string shakespeare = tff("shakespeare.h5");
+  ASSERT_FALSE(shakespeare.empty());
+  o.path = shakespeare;
+  o.sequence_length = 10;
+  const TextDataset plays(o);
+  EXPECT_EQ(plays.client_names(), (std::vector<std::string>{"ROMEO_AND_JULIET_ROMEO", "THE_TRAGEDY_OF_KING_LEAR_KENT"}));
+}
+
+TEST_F(DatasetsTest, SyntheticTokensAreDeterministicAndInVocabulary) {
+  SyntheticTokensOptions o;
+  o.clients = 4;
+  o.sequences = 10;
+  o.sequence_length = 12;
+  o.vocab = 20;
+  const auto a = make_synthetic_tokens(o);
+  const auto b = make_synthetic_tokens(o);
+  EXPECT_EQ(a->num_clients(), 4);
+  EXPECT_EQ(a->num_examples(0), 9);
+  EXPECT_EQ(a->test().size(), 4);
+  EXPECT_TRUE(at::equal(a->client(3).x, b->client(3).x));
+  EXPECT_LT(a->client(3).x.max().item<int64_t>(), 20);
+  EXPECT_TRUE(at::equal(a->client(1).x[0].narrow(0, 1, 11), a->client(1).y[0].narrow(0, 0, 11)));
+}
+
+TEST_F(DatasetsTest, RegistryDocumentsEveryKey) {
+  for (const auto& entry : dataset_registry()) {
+    EXPECT_FALSE(entry.description.empty());
+    for (const auto& key : entry.keys) EXPECT_FALSE(key.doc.empty()) << entry.name << "." << key.name;
+  }
+  EXPECT_EQ(error_of([] { find_dataset("cifar"); }),
+            "unknown data set 'cifar' (available: synthetic, fmnist, tff_hdf5, text, synthetic_tokens)");
+}
+
+}  // namespace
+}  // namespace fax
