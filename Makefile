@@ -21,8 +21,8 @@ build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
 demo: build
-	@$(BUILD_DIR)/bin/fax-run run experiments/synthetic_fedavg.yaml -o $(BUILD_DIR)/synthetic_fedavg.h5
-	@$(BUILD_DIR)/bin/fax-run inspect $(BUILD_DIR)/synthetic_fedavg.h5 --last 3
+	@$(BUILD_DIR)/bin/fax-run run experiments/fmnist_fedavg.yaml -o $(BUILD_DIR)/fmnist_fedavg.h5
+	@$(BUILD_DIR)/bin/fax-run inspect $(BUILD_DIR)/fmnist_fedavg.h5 --last 3
 
 test: build
 	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)

@@ -139,6 +139,31 @@ PY
     run_expect 2 "/nonexistent-dir/run\.h5: cannot create the run log" -- \
       "$FAX_RUN" run "$experiment" -o /nonexistent-dir/run.h5 --set rounds=1
     ;;
+  fmnist)
+    # The Fashion-MNIST experiment, a few rounds: loads the Debian data set, trains the MLP.
+    run_expect 0 "" -- "$FAX_RUN" run "$FAX_SOURCE_DIR/experiments/fmnist_fedavg.yaml" -o "$WORK/fmnist.h5" -q \
+      --set rounds=4 --set logging.eval_every=4
+    "$PYTHON" - "$WORK/fmnist.h5" <<'PY' || fail "fmnist did not learn"
+import sys, h5py
+with h5py.File(sys.argv[1]) as f:
+    assert "fashion-mnist: 600 clients" in f["env"].attrs["data"], f["env"].attrs["data"]
+    acc = f["metrics/eval/accuracy"][()]
+    assert acc[-1] > 0.4, acc
+PY
+    ;;
+  missing_data)
+    run_expect 2 "/nonexistent/fmnist: no such directory \(data.path" -- \
+      "$FAX_RUN" run "$FAX_SOURCE_DIR/experiments/fmnist_fedavg.yaml" --set data.path=/nonexistent/fmnist
+    ;;
+  corrupt_data)
+    # A copy of the data set whose training labels file is cut short.
+    mkdir -p "$WORK/fmnist"
+    cp /usr/share/datasets/fashion-mnist/*.gz "$WORK/fmnist/" || fail "Fashion-MNIST is not installed"
+    gunzip -c /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz | head -c 5000 > "$WORK/fmnist/train-labels-idx1-ubyte"
+    rm "$WORK/fmnist/train-labels-idx1-ubyte.gz"
+    run_expect 2 "train-labels-idx1-ubyte: truncated: the header promises 60000 bytes of data, the file holds 4992" -- \
+      "$FAX_RUN" run "$FAX_SOURCE_DIR/experiments/fmnist_fedavg.yaml" --set data.path="$WORK/fmnist"
+    ;;
   *)
     fail "unknown case $1"
     ;;
