@@ -101,7 +101,7 @@ PY
     ;;
   unknown_data_set)
     printf 'data:\n  name: mnist\n' | write bad.yaml
-    run_expect 2 "bad\.yaml:2:9: unknown data set 'mnist' \(available: synthetic\)" -- "$FAX_RUN" run "$WORK/bad.yaml"
+    run_expect 2 "bad\.yaml:2:9: unknown data set 'mnist' \(available: synthetic, fmnist, tff_hdf5, text, synthetic_tokens\)" -- "$FAX_RUN" run "$WORK/bad.yaml"
     run_expect 2 "^fax-run: --set data\.name=mnist: unknown data set 'mnist'" -- \
       "$FAX_RUN" run "$experiment" --set data.name=mnist --dry-run
     ;;
