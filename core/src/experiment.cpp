@@ -18,18 +18,6 @@ namespace {
 
 constexpr int64_t kEvalBatch = 1024;
 
-// Packs what a round returns into one tree (prefix/name) so it travels as one server value.
-void put_prefixed(TensorTree& out, const std::string& prefix, const TensorTree& in) {
-  for (const auto& [name, t] : in) out.set(prefix + name, t);
-}
-
-TensorTree take_prefixed(const TensorTree& in, const std::string& prefix) {
-  TensorTree out;
-  for (const auto& [name, t] : in)
-    if (name.rfind(prefix, 0) == 0) out.set(name.substr(prefix.size()), t);
-  return out;
-}
-
 bool due(int64_t every, int64_t completed, int64_t rounds) {
   return completed == rounds || (every > 0 && completed % every == 0);
 }
@@ -158,21 +146,20 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress) {
     const TensorTree packed = mesh_.run(cohort, [&](Program& p) {
       // Each executor works on its own copy: the algorithm's updates never touch shared tensors.
       ServerState state{clone(result.state.params), clone(result.state.extra)};
-      RoundContext ctx{p, model_, data_, r};
+      RoundContext ctx{p, model_, data_, r, client_states_};
       RoundMetrics metrics = algorithm_.round(state, ctx);
-      TensorTree out;
-      put_prefixed(out, "params/", state.params);
-      put_prefixed(out, "extra/", state.extra);
-      put_prefixed(out, "metrics/", metrics.server);
+      // Everything the coordinator needs travels as one server value.
+      TensorTree out = join({prefixed(state.params, "params/"), prefixed(state.extra, "extra/"),
+                             prefixed(metrics.server, "metrics/")});
       if (per_client) {
         for (const auto& [name, values] : metrics.clients) out.set("clients/" + name, collect(values).value());
       }
       return Server<TensorTree>(std::move(out));
     }, {seed, r}).value();
-    result.state = {take_prefixed(packed, "params/"), take_prefixed(packed, "extra/")};
+    result.state = {unprefixed(packed, "params/"), unprefixed(packed, "extra/")};
 
     Metrics metrics;
-    for (const auto& [name, t] : take_prefixed(packed, "metrics/")) {
+    for (const auto& [name, t] : unprefixed(packed, "metrics/")) {
       FAX_CHECK(t.numel() == 1, "round {}: metric '{}' has {} values; a server metric is one number", r + 1, name,
                 t.numel());
       metrics.emplace_back(name, t.item<double>());
@@ -187,14 +174,12 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress) {
       log->append(completed, metrics);
       if (per_client) {
         std::vector<std::pair<std::string, at::Tensor>> values;
-        for (const auto& [name, t] : take_prefixed(packed, "clients/")) values.emplace_back(name, t);
+        for (const auto& [name, t] : unprefixed(packed, "clients/")) values.emplace_back(name, t);
         log->append_clients(at::tensor(cohort.ids(), at::kLong), values);
       }
       if (due(checkpoint_every, completed, rounds)) {
-        TensorTree state;
-        put_prefixed(state, "params/", result.state.params);
-        put_prefixed(state, "extra/", result.state.extra);
-        log->checkpoint(completed, state);
+        log->checkpoint(completed, join({prefixed(result.state.params, "params/"), prefixed(result.state.extra, "extra/"),
+                                         prefixed(client_states_.stacked(), "client_states/")}));
       }
     }
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

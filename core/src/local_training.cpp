@@ -107,7 +107,8 @@ LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const
     for (const auto& [name, p] : params) {
       std::vector<int64_t> shape(p.dim(), 1);
       shape[0] = k;
-      const at::Tensor scale = (step_size * active).view(shape);
+      // In the parameters' dtype: a float64 rate must not promote float32 parameters.
+      const at::Tensor scale = (step_size * active).view(shape).to(p.scalar_type());
       next.push_back(p - scale * grads[j++]);
     }
     params = params.with_tensors(std::move(next));

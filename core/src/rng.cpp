@@ -28,14 +28,16 @@ uint64_t client_stream_seed(uint64_t seed, int64_t round, int64_t client_id) {
   return mix(kClientDomain, seed, round, client_id);
 }
 
-uint64_t server_stream_seed(uint64_t seed, int64_t round) { return mix(kServerDomain, seed, round, 0); }
+uint64_t server_stream_seed(uint64_t seed, int64_t round, uint64_t stream) {
+  return mix(kServerDomain, seed, round, static_cast<int64_t>(stream));
+}
 
 at::Generator client_generator(uint64_t seed, int64_t round, int64_t client_id) {
   return at::make_generator<at::CPUGeneratorImpl>(client_stream_seed(seed, round, client_id));
 }
 
-at::Generator server_generator(uint64_t seed, int64_t round) {
-  return at::make_generator<at::CPUGeneratorImpl>(server_stream_seed(seed, round));
+at::Generator server_generator(uint64_t seed, int64_t round, uint64_t stream) {
+  return at::make_generator<at::CPUGeneratorImpl>(server_stream_seed(seed, round, stream));
 }
 
 }  // namespace fax

@@ -124,6 +124,35 @@ void TensorTree::check_same_structure(const TensorTree& other, const char* opera
                                   : "extra: '" + other.entries_[n].first + "'");
 }
 
+TensorTree zip_map(const TensorTree& a, const TensorTree& b,
+                   const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& fn) {
+  return zip_with(a, b, "zip_map", fn);
+}
+
+TensorTree prefixed(const TensorTree& a, const std::string& prefix) {
+  TensorTree out;
+  for (const auto& [name, t] : a) out.set(prefix + name, t);
+  return out;
+}
+
+TensorTree unprefixed(const TensorTree& a, const std::string& prefix) {
+  TensorTree out;
+  for (const auto& [name, t] : a)
+    if (name.rfind(prefix, 0) == 0) out.set(name.substr(prefix.size()), t);
+  return out;
+}
+
+TensorTree join(const std::vector<TensorTree>& trees) {
+  TensorTree out;
+  for (const auto& tree : trees) {
+    for (const auto& [name, t] : tree) {
+      FAX_CHECK(!out.contains(name), "TensorTree join: leaf '{}' appears twice", name);
+      out.set(name, t);
+    }
+  }
+  return out;
+}
+
 TensorTree add(const TensorTree& a, const TensorTree& b) {
   return zip_with(a, b, "add", [](const at::Tensor& x, const at::Tensor& y) { return x + y; });
 }
@@ -238,6 +267,24 @@ int64_t leading_size(const TensorTree& a) {
               fmt::to_string(fmt::join(x.sizes(), "x")), a.begin()->first, n);
   }
   return n;
+}
+
+at::Tensor row_sums(const TensorTree& a) {
+  FAX_CHECK(!a.empty(), "TensorTree row_sums: the tree is empty");
+  at::Tensor total;
+  for (const auto& [name, t] : a) {
+    const at::Tensor rows = t.flatten(1).sum(1);
+    total = total.defined() ? total + rows : rows;
+  }
+  return total;
+}
+
+TensorTree scale_rows(const TensorTree& a, const at::Tensor& factors) {
+  return a.map([&](const at::Tensor& t) {
+    std::vector<int64_t> shape(t.dim(), 1);
+    shape[0] = t.size(0);
+    return t * factors.view(shape).to(t.scalar_type());
+  });
 }
 
 bool bitwise_equal(const at::Tensor& a, const at::Tensor& b) { return same_bytes(a, b); }

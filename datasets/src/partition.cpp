@@ -9,7 +9,6 @@ namespace fax {
 namespace {
 
 constexpr int64_t kPartitionRound = -2000;  // a stream domain of its own
-constexpr int kDirichletAttempts = 100;
 
 // Cuts `order` into `parts` contiguous near-equal pieces.
 std::vector<at::Tensor> cut(const at::Tensor& order, int64_t parts) {
@@ -42,39 +41,43 @@ std::vector<at::Tensor> shards(const at::Tensor& labels, const PartitionOptions&
   return out;
 }
 
+// Hsu et al. 2019: client i draws class proportions q_i ~ Dirichlet(alpha) and receives an equal
+// share of the examples, drawn class by class in those proportions without replacement. When a
+// class runs out, the client's remaining slots are drawn from the classes still available, in its
+// own proportions.
 std::vector<at::Tensor> dirichlet(const at::Tensor& labels, int64_t num_classes, const PartitionOptions& o,
                                   at::Generator& g) {
-  std::vector<at::Tensor> by_class;
+  std::vector<at::Tensor> pools;
+  std::vector<int64_t> taken(num_classes, 0);
   for (int64_t c = 0; c < num_classes; ++c) {
     const at::Tensor members = labels.eq(c).nonzero().flatten();
-    by_class.push_back(members.index_select(0, at::randperm(members.numel(), g, at::kLong)));
+    pools.push_back(members.index_select(0, at::randperm(members.numel(), g, at::kLong)));
   }
-  for (int attempt = 0; attempt < kDirichletAttempts; ++attempt) {
-    std::vector<std::vector<at::Tensor>> parts(o.clients);
-    for (const at::Tensor& members : by_class) {
-      const at::Tensor p = at::_sample_dirichlet(at::full({o.clients}, o.alpha, at::kDouble), g);
-      // Cumulative proportions give each client a contiguous slice of the class's shuffled examples.
-      const at::Tensor ends = (p.cumsum(0) * static_cast<double>(members.numel())).round().to(at::kLong);
-      const auto* e = ends.data_ptr<int64_t>();
-      int64_t begin = 0;
-      for (int64_t c = 0; c < o.clients; ++c) {
-        const int64_t end = c + 1 == o.clients ? members.numel() : std::min(e[c], members.numel());
-        if (end > begin) parts[c].push_back(members.narrow(0, begin, end - begin));
-        begin = std::max(begin, end);
+  const int64_t share = labels.numel() / o.clients;
+  std::vector<at::Tensor> out;
+  for (int64_t client = 0; client < o.clients; ++client) {
+    at::Tensor q = at::_sample_dirichlet(at::full({num_classes}, o.alpha, at::kDouble), g);
+    std::vector<at::Tensor> mine;
+    int64_t needed = share;
+    while (needed > 0) {
+      for (int64_t c = 0; c < num_classes; ++c)
+        if (taken[c] == pools[c].numel()) q[c] = 0.0;
+      // A draw that puts all mass on exhausted classes (or underflows) falls back to uniform.
+      if (q.sum().item<double>() <= 0) {
+        for (int64_t c = 0; c < num_classes; ++c) q[c] = taken[c] < pools[c].numel() ? 1.0 : 0.0;
+      }
+      const at::Tensor counts = at::bincount(at::multinomial(q, needed, true, g), {}, num_classes);
+      for (int64_t c = 0; c < num_classes; ++c) {
+        const int64_t take = std::min(counts[c].item<int64_t>(), pools[c].numel() - taken[c]);
+        if (take == 0) continue;
+        mine.push_back(pools[c].narrow(0, taken[c], take));
+        taken[c] += take;
+        needed -= take;
       }
     }
-    std::vector<at::Tensor> out;
-    int64_t smallest = labels.numel();
-    for (auto& p : parts) {
-      out.push_back(p.empty() ? at::empty({0}, at::kLong) : at::cat(p));
-      smallest = std::min(smallest, out.back().numel());
-    }
-    if (smallest >= o.min_examples) return out;
+    out.push_back(at::cat(mine));
   }
-  throw Error(fmt::format(
-      "dirichlet partition: no draw in {} gave every one of {} clients at least {} examples (alpha {}); raise "
-      "data.alpha, lower data.min_examples or use fewer clients",
-      kDirichletAttempts, o.clients, o.min_examples, o.alpha));
+  return out;
 }
 
 }  // namespace

@@ -31,11 +31,11 @@ class ModelAverage final : public fax::Algorithm {
   // primitives (broadcast, map_clients, sum, mean, weighted_mean).
   fax::RoundMetrics round(fax::ServerState& state, fax::RoundContext& ctx) const override {
     const auto start = fax::broadcast(fax::Server<fax::TensorTree>(state.params));
-    // A 0-dim double keeps full precision without changing the parameters' dtype.
-    const at::Tensor lr = at::scalar_tensor(client_lr_, at::kDouble);
+    // map_clients runs a batched function on chunks of clients: each row is one client.
     const auto trained = fax::map_clients([&](const fax::ClientChunk& chunk, const fax::TensorTree& params) {
       const fax::ClientBatches batches(chunk, ctx.data, 1, batch_size_);
-      return fax::local_sgd(ctx.model, batches, params, lr).params;
+      // A 0-dim double keeps full precision without changing the parameters' dtype.
+      return fax::local_sgd(ctx.model, batches, params, at::scalar_tensor(client_lr_, at::kDouble)).params;
     }, start);
     state.params = fax::mean(trained).value();
 

@@ -28,13 +28,7 @@ class FedSgd final : public fax::Algorithm {
     fax::TensorTree x = fax::detach(state.params);
     fax::requires_grad_(x);
     const auto at_clients = fax::broadcast(fax::Server<fax::TensorTree>(x));
-    const auto losses = fax::map_clients([&](const fax::ClientChunk& chunk, const fax::TensorTree& params) {
-      // Whole local data set as one (masked) batch.
-      const fax::ClientBatches batches(chunk, ctx.data, 1, 0);
-      const fax::Batch b = batches.batch(0);
-      const at::Tensor losses = fax::per_example(fax::cross_entropy(ctx.model.forward(params, b.x), b.y), 2);
-      return (losses * b.mask).sum(1) / b.mask.sum(1);
-    }, at_clients);
+    const auto losses = fax::full_batch_losses(ctx, at_clients);
     const at::Tensor loss = fax::weighted_mean(losses, ctx.example_counts()).value();
     const auto grads = torch::autograd::grad({loss}, x.tensors());
     const fax::TensorTree gradient = x.with_tensors(grads);

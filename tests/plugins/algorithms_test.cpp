@@ -33,11 +33,12 @@ class AlgorithmsTest : public test::SeededTest {
     auto algorithm = plugin->create();
     ServerState state = algorithm->init(config, model, initial);
     Mesh mesh({2, 3});
+    ClientStates states;
     const Cohort cohort({0, 1, 2}, {4, 7, 5});
     for (int r = 0; r < rounds; ++r) {
       const auto out = mesh.run(cohort, [&](Program& p) {
         ServerState s{clone(state.params), clone(state.extra)};
-        RoundContext ctx{p, model, *data, r};
+        RoundContext ctx{p, model, *data, r, states};
         algorithm->round(s, ctx);
         TensorTree packed;
         for (const auto& [k, v] : s.params) packed.set("params/" + k, v);

@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include <fax/client_states.h>
 #include <fax/config.h>
 #include <fax/data.h>
 #include <fax/model.h>
@@ -25,6 +26,8 @@ struct RoundContext {
   const Model& model;
   const FederatedDataset& data;
   int64_t round;
+  /// State kept per client across rounds (read and write only this executor's clients).
+  ClientStates& client_states;
   /// The cohort weights of this executor's clients: their training example counts.
   Clients<at::Tensor> example_counts() const { return program.weights(); }
 };

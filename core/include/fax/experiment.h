@@ -61,6 +61,7 @@ class Experiment {
   StringPairs environment() const;
 
   Mesh& mesh() { return mesh_; }
+  ClientStates& client_states() { return client_states_; }
 
  private:
   const Config& config_;
@@ -68,6 +69,7 @@ class Experiment {
   const Model& model_;
   const FederatedDataset& data_;
   Mesh mesh_;
+  ClientStates client_states_;
 };
 
 }  // namespace fax

@@ -5,6 +5,8 @@
 /// local training, configuration).
 
 #include <fax/algorithm.h>
+#include <fax/client_states.h>
+#include <fax/client_update.h>
 #include <fax/cohort.h>
 #include <fax/config.h>
 #include <fax/data.h>
@@ -17,6 +19,7 @@
 #include <fax/error.h>
 #include <fax/placement.h>
 #include <fax/primitives.h>
+#include <fax/privacy.h>
 #include <fax/program.h>
 #include <fax/rng.h>
 #include <fax/tensor_tree.h>

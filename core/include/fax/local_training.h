@@ -34,6 +34,8 @@ class ClientBatches {
   Batch batch(int64_t step) const;
   /// Examples per client, [k] float.
   const at::Tensor& examples() const { return examples_; }
+  /// Steps in which each client has at least one real example, [k] float (SCAFFOLD's K_i).
+  at::Tensor client_steps() const { return (mask_.sum(2) > 0).to(mask_.scalar_type()).sum(0); }
 
  private:
   at::Tensor x_;      // the chunk's examples, concatenated client after client

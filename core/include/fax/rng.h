@@ -11,10 +11,11 @@ namespace fax {
 /// unrelated streams.
 uint64_t client_stream_seed(uint64_t seed, int64_t round, int64_t client_id);
 /// The seed of the server's stream for a round (a domain of its own, distinct from every client).
-uint64_t server_stream_seed(uint64_t seed, int64_t round);
+/// `stream` names independent sub-streams: 0 draws the cohort; an algorithm takes its own (noise).
+uint64_t server_stream_seed(uint64_t seed, int64_t round, uint64_t stream = 0);
 
 /// CPU generators for those streams, for ATen's random functions (at::randn(..., generator)).
 at::Generator client_generator(uint64_t seed, int64_t round, int64_t client_id);
-at::Generator server_generator(uint64_t seed, int64_t round);
+at::Generator server_generator(uint64_t seed, int64_t round, uint64_t stream = 0);
 
 }  // namespace fax

@@ -48,6 +48,17 @@ class TensorTree {
   std::vector<Entry> entries_;
 };
 
+/// fn(a_leaf, b_leaf) for every pair of leaves of two trees of the same structure.
+TensorTree zip_map(const TensorTree& a, const TensorTree& b,
+                   const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& fn);
+
+/// The same leaves with `prefix` in front of every name ("m/" + "w" -> "m/w").
+TensorTree prefixed(const TensorTree& a, const std::string& prefix);
+/// The leaves whose names start with `prefix`, with the prefix removed.
+TensorTree unprefixed(const TensorTree& a, const std::string& prefix);
+/// The leaves of every tree in order; a name in two trees is an error.
+TensorTree join(const std::vector<TensorTree>& trees);
+
 // Arithmetic. All of it is differentiable (built from ATen ops) and keeps names and order.
 TensorTree add(const TensorTree& a, const TensorTree& b);
 TensorTree sub(const TensorTree& a, const TensorTree& b);
@@ -88,6 +99,11 @@ TensorTree narrow(const TensorTree& a, int64_t begin, int64_t length);
 TensorTree cat(const std::vector<TensorTree>& trees);
 /// Size of the leading axis, shared by every leaf (error if leaves disagree or the tree is empty).
 int64_t leading_size(const TensorTree& a);
+
+/// Per row of the leading (clients) axis, the sum of every element of every leaf: [rows].
+at::Tensor row_sums(const TensorTree& a);
+/// Each row of every leaf multiplied by its factor (factors: [rows]).
+TensorTree scale_rows(const TensorTree& a, const at::Tensor& factors);
 
 /// Bitwise equality of names, dtypes, shapes and bytes. For reproducibility checks.
 bool bitwise_equal(const TensorTree& a, const TensorTree& b);

@@ -1,0 +1,35 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include <fax/primitives.h>
+#include <fax/tensor_tree.h>
+
+namespace fax {
+
+/// State that an algorithm keeps for each client from one round to the next (SCAFFOLD's control
+/// variates), keyed by client id. Every executor reads and writes only its own clients, so the
+/// result does not depend on how clients map to executors. Saved in checkpoints.
+class ClientStates {
+ public:
+  /// The states of a chunk's clients stacked along a clients axis; a client seen for the first time
+  /// gets `initial` (a tree without the clients axis).
+  TensorTree gather(const ClientChunk& chunk, const TensorTree& initial) const;
+  /// Stores rows [k, ...] as the new states of the chunk's clients.
+  void scatter(const ClientChunk& chunk, const TensorTree& rows);
+
+  size_t size() const;
+  /// All states, stacked in client-id order, with their ids ([n] int64) under "id"; empty when none.
+  TensorTree stacked() const;
+  /// Replaces the contents with what stacked() produced.
+  void restore(const TensorTree& stacked);
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<int64_t, TensorTree> states_;
+};
+
+}  // namespace fax

@@ -1,0 +1,49 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include <fax/algorithm.h>
+#include <fax/local_training.h>
+
+namespace fax {
+
+/// The client half of FedAvg-style algorithms.
+struct ClientTraining {
+  int64_t epochs = 1;
+  int64_t batch_size = 10;  ///< 0: the whole local data set
+  /// The client learning rate, a server value (0-dim); broadcast to the clients so that gradients
+  /// with respect to it are summed over every executor's clients (hypergradients).
+  Server<at::Tensor> lr;
+  /// Differentiate through the local steps (needed for gradients in lr or in the start point).
+  bool create_graph = false;
+  /// Per chunk, extra options for local_sgd (a penalty on the parameters: FedProx's proximal term,
+  /// SCAFFOLD's correction), given the chunk and its clients' start rows.
+  std::function<LocalSgdOptions(const ClientChunk&, const TensorTree& start)> customize;
+  /// Per chunk, after training: sees the chunk, its start rows, trained rows and step counts
+  /// ([k]) and may return extra per-client rows, gathered into ClientUpdates::extras (SCAFFOLD
+  /// updates its control variates here and returns their change).
+  std::function<TensorTree(const ClientChunk&, const TensorTree& start, const TensorTree& trained, const at::Tensor& steps)>
+      after;
+};
+
+struct ClientUpdates {
+  Clients<TensorTree> deltas;  ///< start - trained, one row per client
+  Clients<at::Tensor> losses;  ///< mean training loss over the examples each client saw
+  Clients<TensorTree> extras;  ///< what ClientTraining::after returned (empty without it)
+};
+
+/// The settings of the client half, shared by FedAvg-style plugins (relative to "algorithm."):
+/// client_lr, local_epochs, batch_size.
+std::vector<ConfigKey> client_training_keys();
+/// Reads them from a resolved config (lr as a 0-dim float64 server value).
+ClientTraining client_training(const Config& config);
+
+/// Each client's mean loss over its whole local data set at `params` (clients-placed), [clients];
+/// differentiable in params, so its weighted mean is the federated loss whose gradient is FedSGD's.
+Clients<at::Tensor> full_batch_losses(const RoundContext& ctx, const Clients<TensorTree>& params);
+
+/// Local SGD for this executor's clients from `start` (clients-placed), in batched chunks.
+ClientUpdates train_clients(const RoundContext& ctx, const Clients<TensorTree>& start, const ClientTraining& training);
+
+}  // namespace fax

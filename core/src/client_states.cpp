@@ -1,0 +1,58 @@
+#include <fax/client_states.h>
+
+#include <ATen/ATen.h>
+
+#include <fax/error.h>
+
+namespace fax {
+
+TensorTree ClientStates::gather(const ClientChunk& chunk, const TensorTree& initial) const {
+  std::vector<TensorTree> rows;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (int64_t i = 0; i < chunk.size; ++i) {
+    const auto it = states_.find(chunk.client_id(i));
+    rows.push_back(it != states_.end() ? it->second : initial);
+  }
+  return stack(rows);
+}
+
+void ClientStates::scatter(const ClientChunk& chunk, const TensorTree& rows) {
+  const auto per_client = unstack(detach(rows));
+  FAX_ASSERT(static_cast<int64_t>(per_client.size()) == chunk.size, "{} state rows for a chunk of {}",
+             per_client.size(), chunk.size);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (int64_t i = 0; i < chunk.size; ++i) states_[chunk.client_id(i)] = clone(per_client[i]);
+}
+
+size_t ClientStates::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return states_.size();
+}
+
+TensorTree ClientStates::stacked() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (states_.empty()) return {};
+  std::vector<int64_t> ids;
+  std::vector<TensorTree> rows;
+  for (const auto& [id, state] : states_) {
+    ids.push_back(id);
+    rows.push_back(state);
+  }
+  TensorTree out{{"id", at::tensor(ids, at::kLong)}};
+  for (const auto& [name, t] : stack(rows)) out.set(name, t);
+  return out;
+}
+
+void ClientStates::restore(const TensorTree& stacked) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  states_.clear();
+  if (stacked.empty()) return;
+  const at::Tensor ids = stacked.at("id");
+  TensorTree leaves;
+  for (const auto& [name, t] : stacked)
+    if (name != "id") leaves.set(name, t);
+  const auto rows = unstack(leaves);
+  for (int64_t i = 0; i < ids.numel(); ++i) states_[ids[i].item<int64_t>()] = rows[i];
+}
+
+}  // namespace fax

@@ -1,0 +1,92 @@
+// FedAvg whose server learning rate is learned online by hypergradient descent through federated
+// AD ("FedOpt with hypergradient descent", Rush et al., Federated Automatic Differentiation, 2023).
+// After the round's mean client update Delta, the server takes the candidate step
+// x+ = x - eta Delta, evaluates the cohort's federated loss L(x+) (each client's mean loss on its
+// local data, example-weighted), and differentiates it with federated AD:
+//   dL/d eta = -grad L(x+) . Delta
+// (a broadcast, per-client gradients, a weighted mean). eta is learned in log space, so it stays
+// positive and the step is scale-free: log eta <- log eta - hyper_lr * eta * dL/d eta; the round
+// then steps with the updated eta. With learn_client_lr the client learning rate is learned the
+// same way, by differentiating L(x+) through every local step (create_graph).
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <fax/fax.h>
+
+namespace {
+
+class HypergradFedAvg final : public fax::Algorithm {
+ public:
+  static constexpr const char* name = "hypergrad_fedavg";
+  static constexpr const char* description =
+      "FedAvg with the server (and optionally client) learning rate learned by federated-AD hypergradient descent";
+
+  static std::vector<fax::ConfigKey> keys() {
+    auto keys = fax::client_training_keys();
+    keys.push_back(fax::positive_float_key("server_lr", "1.0", "initial server learning rate"));
+    keys.push_back(fax::float_key("hyper_lr", "0.05", "hypergradient step size on log(server_lr)", 0));
+    keys.push_back(fax::bool_key("learn_client_lr", "false", "also learn the client learning rate (through the local steps)"));
+    keys.push_back(fax::float_key("client_hyper_lr", "0.05", "hypergradient step size on log(client_lr)", 0));
+    return keys;
+  }
+
+  fax::ServerState init(const fax::Config& config, const fax::Model&, fax::TensorTree params) override {
+    training_ = fax::client_training(config);
+    hyper_lr_ = config.get_float("algorithm.hyper_lr");
+    learn_client_lr_ = config.get_bool("algorithm.learn_client_lr");
+    client_hyper_lr_ = config.get_float("algorithm.client_hyper_lr");
+    fax::TensorTree rates{
+        {"log_server_lr", at::scalar_tensor(std::log(config.get_float("algorithm.server_lr")), at::kDouble)},
+        {"log_client_lr", at::scalar_tensor(std::log(config.get_float("algorithm.client_lr")), at::kDouble)}};
+    return {std::move(params), std::move(rates)};
+  }
+
+  fax::RoundMetrics round(fax::ServerState& state, fax::RoundContext& ctx) const override {
+    const at::Tensor log_eta = state.extra.at("log_server_lr").detach().requires_grad_(true);
+    const at::Tensor log_lr = state.extra.at("log_client_lr").detach().requires_grad_(learn_client_lr_);
+    fax::ClientTraining training = training_;
+    training.lr = fax::Server<at::Tensor>(log_lr.exp());
+    training.create_graph = learn_client_lr_;
+
+    const auto weights = ctx.example_counts();
+    const fax::ClientUpdates local = fax::train_clients(ctx, fax::broadcast(fax::Server<fax::TensorTree>(state.params)), training);
+    const fax::TensorTree update = fax::weighted_mean(local.deltas, weights).value();
+    const fax::TensorTree candidate = fax::axpy(-log_eta.exp(), update, state.params);
+    const at::Tensor post_loss =
+        fax::weighted_mean(fax::full_batch_losses(ctx, fax::broadcast(fax::Server<fax::TensorTree>(candidate))), weights)
+            .value();
+    std::vector<at::Tensor> wrt{log_eta};
+    if (learn_client_lr_) wrt.push_back(log_lr);
+    const auto grads = torch::autograd::grad({post_loss}, wrt);
+
+    // d L / d log(rate) = rate * d L / d rate.
+    const at::Tensor next_log_eta = (log_eta - hyper_lr_ * grads[0]).detach();
+    const at::Tensor next_log_lr = learn_client_lr_ ? (log_lr - client_hyper_lr_ * grads[1]).detach() : log_lr.detach();
+    state.params = fax::axpy(-next_log_eta.exp(), fax::detach(update), state.params);
+    state.extra = fax::TensorTree{{"log_server_lr", next_log_eta}, {"log_client_lr", next_log_lr}};
+
+    fax::RoundMetrics metrics;
+    metrics.server.set("train/loss", fax::weighted_mean(local.losses, weights).value().detach());
+    metrics.server.set("train/update_norm", fax::squared_norm(update).sqrt().detach());
+    metrics.server.set("hyper/post_round_loss", post_loss.detach());
+    metrics.server.set("hyper/server_lr_grad", (grads[0] / log_eta.exp()).detach());
+    if (learn_client_lr_) metrics.server.set("hyper/client_lr_grad", (grads[1] / log_lr.exp()).detach());
+    metrics.server.set("server/lr", next_log_eta.exp());
+    metrics.server.set("client/lr", next_log_lr.exp());
+    metrics.clients.emplace_back("train_loss", fax::Clients<at::Tensor>(local.losses.value().detach()));
+    return metrics;
+  }
+
+ private:
+  fax::ClientTraining training_;
+  double hyper_lr_ = 0.05;
+  bool learn_client_lr_ = false;
+  double client_hyper_lr_ = 0.05;
+};
+
+}  // namespace
+
+FAX_PLUGIN(HypergradFedAvg)

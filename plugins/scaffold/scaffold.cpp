@@ -1,0 +1,83 @@
+// SCAFFOLD (Karimireddy et al. 2020), control variates "option II": each client corrects its local
+// gradient by c - c_i (server and client control variates); after K_i local steps at client lr
+// eta_l it sets c_i+ = c_i - c + (x - y_i) / (K_i eta_l). The server moves x by server_lr times the
+// mean client update and c by |S| / N times the mean change of the c_i. The c_i live in the
+// per-client state store and are saved in checkpoints.
+
+#include <ATen/ATen.h>
+
+#include <fax/fax.h>
+
+namespace {
+
+class Scaffold final : public fax::Algorithm {
+ public:
+  static constexpr const char* name = "scaffold";
+  static constexpr const char* description =
+      "SCAFFOLD: local SGD corrected by server and client control variates (Karimireddy et al. 2020)";
+
+  static std::vector<fax::ConfigKey> keys() {
+    auto keys = fax::client_training_keys();
+    keys.push_back(fax::positive_float_key("server_lr", "1.0", "global (server) learning rate"));
+    return keys;
+  }
+
+  fax::ServerState init(const fax::Config& config, const fax::Model&, fax::TensorTree params) override {
+    training_ = fax::client_training(config);
+    server_lr_ = config.get_float("algorithm.server_lr");
+    client_lr_ = config.get_float("algorithm.client_lr");
+    fax::TensorTree control = fax::prefixed(fax::zeros_like(params), "control/");
+    return {std::move(params), std::move(control)};
+  }
+
+  fax::RoundMetrics round(fax::ServerState& state, fax::RoundContext& ctx) const override {
+    const fax::TensorTree c = fax::unprefixed(state.extra, "control/");
+    const fax::TensorTree zeros = fax::zeros_like(state.params);
+    fax::ClientTraining training = training_;
+    // The correction (c - c_i) enters as the gradient of <c - c_i, w>; it needs no derivative, so
+    // the server's c can be read directly inside the client function.
+    training.customize = [&](const fax::ClientChunk& chunk, const fax::TensorTree&) {
+      const fax::TensorTree correction = fax::zip_map(ctx.client_states.gather(chunk, zeros), c,
+                                                      [](const at::Tensor& ci, const at::Tensor& cs) { return cs - ci; });
+      fax::LocalSgdOptions options;
+      options.penalty = [correction](const fax::TensorTree& w) {
+        return fax::row_sums(fax::zip_map(correction, w, [](const at::Tensor& a, const at::Tensor& b) { return a * b; }));
+      };
+      return options;
+    };
+    // c_i+ = c_i - c + (x - y_i) / (K_i eta_l); returns the change c_i+ - c_i for the server.
+    training.after = [&](const fax::ClientChunk& chunk, const fax::TensorTree& start, const fax::TensorTree& trained,
+                         const at::Tensor& steps) {
+      const fax::TensorTree ci = ctx.client_states.gather(chunk, zeros);
+      const fax::TensorTree moved = fax::scale_rows(fax::sub(fax::detach(start), trained), 1.0 / (steps * client_lr_));
+      const fax::TensorTree change =
+          fax::zip_map(moved, c, [](const at::Tensor& m, const at::Tensor& cs) { return m - cs; });
+      ctx.client_states.scatter(chunk, fax::add(ci, change));
+      return change;
+    };
+    const auto start = fax::broadcast(fax::Server<fax::TensorTree>(state.params));
+    const fax::ClientUpdates local = fax::train_clients(ctx, start, training);
+
+    const fax::TensorTree update = fax::mean(local.deltas).value();
+    const fax::TensorTree control_change = fax::mean(local.extras).value();
+    const double coverage = static_cast<double>(ctx.program.cohort_size()) / static_cast<double>(ctx.data.num_clients());
+    state.params = fax::axpy(-server_lr_, update, state.params);
+    state.extra = fax::prefixed(fax::axpy(coverage, control_change, c), "control/");
+
+    fax::RoundMetrics metrics;
+    metrics.server.set("train/loss", fax::weighted_mean(local.losses, ctx.example_counts()).value());
+    metrics.server.set("train/update_norm", fax::squared_norm(update).sqrt());
+    metrics.server.set("train/control_norm", fax::squared_norm(c).sqrt());
+    metrics.clients.emplace_back("train_loss", local.losses);
+    return metrics;
+  }
+
+ private:
+  fax::ClientTraining training_;
+  double server_lr_ = 1.0;
+  double client_lr_ = 0.1;
+};
+
+}  // namespace
+
+FAX_PLUGIN(Scaffold)
