@@ -78,15 +78,11 @@ at::Tensor masked_mean(const at::Tensor& values, const at::Tensor& mask) {
 
 LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const TensorTree& start,
                          const at::Tensor& lr, const LocalSgdOptions& options) {
-  TensorTree params = start;
-  if (!options.create_graph) {
-    params = detach(start);
-    requires_grad_(params);
-  } else {
-    for (const auto& [name, t] : params) {
-      FAX_CHECK(t.requires_grad(), "local_sgd with create_graph: parameter '{}' does not require grad", name);
-    }
-  }
+  // Without create_graph every step starts from fresh leaves; with it the steps stay connected to
+  // `start` (and to the rate), and a start that carries no graph gets fresh leaves to differentiate.
+  TensorTree params = start.map([&](const at::Tensor& t) {
+    return options.create_graph && t.requires_grad() ? t : t.detach().requires_grad_(true);
+  });
   const int64_t k = batches.clients();
   const at::Tensor step_size = lr.dim() == 0 ? lr : lr.view({k});
   at::Tensor loss_sum = at::zeros({k}, batches.examples().options());

@@ -21,8 +21,9 @@ class AlgorithmsTest : public test::SeededTest {
   }
 
   // Loads plugin `name`, resolves `settings` against its keys and runs `rounds` rounds over all
-  // clients on two executors.
-  ServerState run_plugin(const std::string& name, const std::vector<std::string>& settings, int rounds) {
+  // clients on two executors; `last_metrics` receives the last round's server metrics.
+  ServerState run_plugin(const std::string& name, const std::vector<std::string>& settings, int rounds,
+                         TensorTree* last_metrics = nullptr) {
     const auto plugin = load_plugin_file(std::string(FAX_TEST_PLUGIN_DIR) + "/fax_" + name + ".so");
     EXPECT_EQ(plugin->name, name);
     Schema schema;
@@ -31,25 +32,59 @@ class AlgorithmsTest : public test::SeededTest {
     for (const auto& s : settings) config.set("algorithm." + s);
     config.resolve(schema);
     auto algorithm = plugin->create();
-    ServerState state = algorithm->init(config, model, initial);
+    ServerState state = algorithm->init(config, *model, initial);
     Mesh mesh({2, 3});
     ClientStates states;
     const Cohort cohort({0, 1, 2}, {4, 7, 5});
     for (int r = 0; r < rounds; ++r) {
       const auto out = mesh.run(cohort, [&](Program& p) {
         ServerState s{clone(state.params), clone(state.extra)};
-        RoundContext ctx{p, model, *data, r, states};
-        algorithm->round(s, ctx);
-        TensorTree packed;
-        for (const auto& [k, v] : s.params) packed.set("params/" + k, v);
-        for (const auto& [k, v] : s.extra) packed.set("extra/" + k, v);
-        return Server<TensorTree>(packed);
+        RoundContext ctx{p, *model, *data, r, states};
+        const RoundMetrics m = algorithm->round(s, ctx);
+        return Server<TensorTree>(join({prefixed(s.params, "params/"), prefixed(s.extra, "extra/"),
+                                        prefixed(detach(m.server), "metrics/")}));
       }, {0, r}).value();
-      state.params = TensorTree{{"w", out.at("params/w")}, {"b", out.at("params/b")}};
-      if (out.contains("extra/w")) state.extra = TensorTree{{"w", out.at("extra/w")}, {"b", out.at("extra/b")}};
+      state = {unprefixed(out, "params/"), unprefixed(out, "extra/")};
+      if (last_metrics != nullptr) *last_metrics = unprefixed(out, "metrics/");
     }
     return state;
   }
+
+  // Client i's model after `steps` full-batch SGD steps from (w, b); `extra_grad(w, b)` adds to
+  // the loss (a proximal or correction term).
+  std::pair<at::Tensor, at::Tensor> local(int64_t i, const at::Tensor& w, const at::Tensor& b, int steps, double lr,
+                                          const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& extra = {}) const {
+    at::Tensor cw = w.detach().clone().requires_grad_(true), cb = b.detach().clone().requires_grad_(true);
+    for (int s = 0; s < steps; ++s) {
+      at::Tensor loss = client_loss(i, cw, cb);
+      if (extra) loss = loss + extra(cw, cb);
+      const auto g = torch::autograd::grad({loss}, {cw, cb});
+      cw = (cw - lr * g[0]).detach().requires_grad_(true);
+      cb = (cb - lr * g[1]).detach().requires_grad_(true);
+    }
+    return {cw.detach(), cb.detach()};
+  }
+
+  // The example-weighted mean of the clients' updates (start - trained), full-batch steps.
+  std::pair<at::Tensor, at::Tensor> mean_update(const at::Tensor& w, const at::Tensor& b, int steps, double lr) const {
+    at::Tensor dw = at::zeros_like(w), db = at::zeros_like(b);
+    for (int64_t i = 0; i < 3; ++i) {
+      const auto [cw, cb] = local(i, w, b, steps, lr);
+      dw += weight(i) * (w - cw);
+      db += weight(i) * (b - cb);
+    }
+    return {dw / total_weight(), db / total_weight()};
+  }
+
+  // The federated loss at (w, b): the example-weighted mean of the clients' full-batch losses.
+  double federated_loss(const at::Tensor& w, const at::Tensor& b) const {
+    double total = 0;
+    for (int64_t i = 0; i < 3; ++i) total += weight(i) * client_loss(i, w, b).item<double>();
+    return total / total_weight();
+  }
+
+  double weight(int64_t i) const { return static_cast<double>(clients[i].size()); }
+  double total_weight() const { return weight(0) + weight(1) + weight(2); }
 
   // Mean cross-entropy of client i at (w, b), differentiable.
   at::Tensor client_loss(int64_t i, const at::Tensor& w, const at::Tensor& b) const {
@@ -59,41 +94,184 @@ class AlgorithmsTest : public test::SeededTest {
   std::vector<Examples> clients;
   std::unique_ptr<InMemoryDataset> data;
   TensorTree initial;
-  SoftmaxRegression model{3, 2};
+  std::unique_ptr<Model> model = std::make_unique<SoftmaxRegression>(3, 2);
 };
 
 // FedAvgM with full-batch local steps (no shuffling involved): E = 2 steps per client, deltas
 // averaged by example count, v = m v + avg, x -= server_lr v, for two rounds.
 TEST_F(AlgorithmsTest, FedAvgWithMomentumMatchesAHandComputedRound) {
-  const double client_lr = 0.4, server_lr = 0.7, momentum = 0.5;
   const ServerState fax_state = run_plugin(
       "fedavg", {"client_lr=0.4", "local_epochs=2", "batch_size=0", "server_lr=0.7", "server_momentum=0.5"}, 2);
-
   at::Tensor w = initial.at("w"), b = initial.at("b");
   at::Tensor vw = at::zeros_like(w), vb = at::zeros_like(b);
   for (int round = 0; round < 2; ++round) {
-    at::Tensor dw = at::zeros_like(w), db = at::zeros_like(b);
-    double total = 0;
-    for (int64_t i = 0; i < 3; ++i) {
-      at::Tensor cw = w.clone().requires_grad_(true), cb = b.clone().requires_grad_(true);
-      for (int step = 0; step < 2; ++step) {
-        const auto g = torch::autograd::grad({client_loss(i, cw, cb)}, {cw, cb});
-        cw = (cw - client_lr * g[0]).detach().requires_grad_(true);
-        cb = (cb - client_lr * g[1]).detach().requires_grad_(true);
-      }
-      const double n = static_cast<double>(clients[i].size());
-      dw += n * (w - cw.detach());
-      db += n * (b - cb.detach());
-      total += n;
-    }
-    vw = momentum * vw + dw / total;
-    vb = momentum * vb + db / total;
-    w = w - server_lr * vw;
-    b = b - server_lr * vb;
+    const auto [dw, db] = mean_update(w, b, 2, 0.4);
+    vw = 0.5 * vw + dw;
+    vb = 0.5 * vb + db;
+    w = w - 0.7 * vw;
+    b = b - 0.7 * vb;
   }
   EXPECT_TRUE(at::allclose(fax_state.params.at("w"), w, 1e-10, 1e-12)) << fax_state.params.at("w") << w;
   EXPECT_TRUE(at::allclose(fax_state.params.at("b"), b, 1e-10, 1e-12));
   EXPECT_TRUE(at::allclose(fax_state.extra.at("w"), vw, 1e-10, 1e-12)) << "momentum buffer";
+}
+
+// FedAdam / FedYogi / FedAdagrad: the server's moments on the mean update, two rounds by hand.
+TEST_F(AlgorithmsTest, FedOptServerOptimizersMatchHandComputedRounds) {
+  const double lr = 0.3, eta = 0.05, beta1 = 0.8, beta2 = 0.9, tau = 0.01;
+  for (const std::string optimizer : {"adam", "yogi", "adagrad"}) {
+    const ServerState fax_state =
+        run_plugin("fedopt", {"client_lr=0.3", "batch_size=0", "server_optimizer=" + optimizer, "server_lr=0.05",
+                              "beta1=0.8", "beta2=0.9", "tau=0.01"}, 2);
+    TensorTree x = initial;
+    TensorTree m = zeros_like(x), v = x.map([&](const at::Tensor& t) { return at::full_like(t, tau * tau); });
+    for (int round = 0; round < 2; ++round) {
+      const auto [dw, db] = mean_update(x.at("w"), x.at("b"), 1, lr);
+      const TensorTree g{{"w", dw}, {"b", db}};
+      m = zip_map(m, g, [&](const at::Tensor& mt, const at::Tensor& gt) { return beta1 * mt + (1 - beta1) * gt; });
+      v = zip_map(v, g, [&](const at::Tensor& vt, const at::Tensor& gt) {
+        const at::Tensor g2 = gt * gt;
+        if (optimizer == "adam") return beta2 * vt + (1 - beta2) * g2;
+        if (optimizer == "yogi") return vt - (1 - beta2) * g2 * at::sign(vt - g2);
+        return vt + g2;
+      });
+      x = zip_map(x, zip_map(m, v, [&](const at::Tensor& mt, const at::Tensor& vt) { return mt / (vt.sqrt() + tau); }),
+                  [&](const at::Tensor& xt, const at::Tensor& st) { return xt - eta * st; });
+    }
+    EXPECT_TRUE(at::allclose(fax_state.params.at("w"), x.at("w"), 1e-10, 1e-12)) << optimizer;
+    EXPECT_TRUE(at::allclose(fax_state.extra.at("v/w"), v.at("w"), 1e-10, 1e-12)) << optimizer << " second moment";
+  }
+}
+
+// FedProx: each client minimises loss + mu/2 |w - w_server|^2.
+TEST_F(AlgorithmsTest, FedProxMatchesAHandComputedRound) {
+  const double mu = 0.7;
+  const ServerState fax_state =
+      run_plugin("fedprox", {"client_lr=0.3", "local_epochs=3", "batch_size=0", "mu=0.7", "server_lr=1.0"}, 1);
+  const at::Tensor w0 = initial.at("w"), b0 = initial.at("b");
+  at::Tensor dw = at::zeros_like(w0);
+  for (int64_t i = 0; i < 3; ++i) {
+    const auto [cw, cb] = local(i, w0, b0, 3, 0.3, [&](const at::Tensor& w, const at::Tensor& b) {
+      return 0.5 * mu * ((w - w0).pow(2).sum() + (b - b0).pow(2).sum());
+    });
+    dw += weight(i) * (w0 - cw);
+  }
+  EXPECT_TRUE(at::allclose(fax_state.params.at("w"), w0 - dw / total_weight(), 1e-10, 1e-12));
+  // mu = 0 is FedAvg; mu > 0 must differ from it.
+  const ServerState fedavg = run_plugin("fedavg", {"client_lr=0.3", "local_epochs=3", "batch_size=0"}, 1);
+  EXPECT_FALSE(at::allclose(fax_state.params.at("w"), fedavg.params.at("w"), 1e-6, 1e-8));
+}
+
+// SCAFFOLD, option II, two rounds over the whole population (|S| / N = 1): the second round's
+// local steps are corrected by c - c_i.
+TEST_F(AlgorithmsTest, ScaffoldMatchesHandComputedRounds) {
+  const double lr = 0.3, server_lr = 0.9;
+  const int steps = 2;
+  const ServerState fax_state =
+      run_plugin("scaffold", {"client_lr=0.3", "local_epochs=2", "batch_size=0", "server_lr=0.9"}, 2);
+  at::Tensor w = initial.at("w"), b = initial.at("b");
+  at::Tensor cw = at::zeros_like(w), cb = at::zeros_like(b);
+  std::vector<at::Tensor> ciw(3, at::zeros_like(w)), cib(3, at::zeros_like(b));
+  for (int round = 0; round < 2; ++round) {
+    at::Tensor dw = at::zeros_like(w), db = at::zeros_like(b), dcw = at::zeros_like(w), dcb = at::zeros_like(b);
+    for (int64_t i = 0; i < 3; ++i) {
+      const at::Tensor corr_w = cw - ciw[i], corr_b = cb - cib[i];
+      const auto [yw, yb] = local(i, w, b, steps, lr, [&](const at::Tensor& pw, const at::Tensor& pb) {
+        return (corr_w * pw).sum() + (corr_b * pb).sum();
+      });
+      const at::Tensor new_w = ciw[i] - cw + (w - yw) / (steps * lr);
+      const at::Tensor new_b = cib[i] - cb + (b - yb) / (steps * lr);
+      dcw += new_w - ciw[i];
+      dcb += new_b - cib[i];
+      ciw[i] = new_w;
+      cib[i] = new_b;
+      dw += w - yw;
+      db += b - yb;
+    }
+    w = w - server_lr * dw / 3.0;
+    b = b - server_lr * db / 3.0;
+    cw = cw + dcw / 3.0;
+    cb = cb + dcb / 3.0;
+  }
+  EXPECT_TRUE(at::allclose(fax_state.params.at("w"), w, 1e-9, 1e-11)) << fax_state.params.at("w") << w;
+  EXPECT_TRUE(at::allclose(fax_state.extra.at("control/w"), cw, 1e-9, 1e-11)) << "server control variate";
+}
+
+// The server learning rate's hypergradient dL(x - eta Delta)/d eta, from federated AD, against
+// central differences of the post-round federated loss; hyper_lr = 0 keeps eta fixed.
+TEST_F(AlgorithmsTest, HypergradientMatchesFiniteDifferencesInTheServerLr) {
+  const double eta = 0.8, lr = 0.3;
+  TensorTree metrics;
+  run_plugin("hypergrad_fedavg", {"client_lr=0.3", "batch_size=0", "server_lr=0.8", "hyper_lr=0"}, 1, &metrics);
+  const auto [dw, db] = mean_update(initial.at("w"), initial.at("b"), 1, lr);
+  auto post_round = [&](double e) { return federated_loss(initial.at("w") - e * dw, initial.at("b") - e * db); };
+  const double h = 1e-6;
+  const double numeric = (post_round(eta + h) - post_round(eta - h)) / (2 * h);
+  EXPECT_NEAR(metrics.at("hyper/server_lr_grad").item<double>(), numeric, 1e-7);
+  EXPECT_NEAR(metrics.at("hyper/post_round_loss").item<double>(), post_round(eta), 1e-10);
+  EXPECT_NEAR(metrics.at("server/lr").item<double>(), eta, 1e-12) << "hyper_lr = 0 must keep the rate";
+
+  // A positive step moves log(eta) against the hypergradient: log eta' = log eta - 0.1 eta g.
+  run_plugin("hypergrad_fedavg", {"client_lr=0.3", "batch_size=0", "server_lr=0.8", "hyper_lr=0.1"}, 1, &metrics);
+  EXPECT_NEAR(metrics.at("server/lr").item<double>(), eta * std::exp(-0.1 * eta * numeric), 1e-7);
+}
+
+// The client learning rate's hypergradient, through two local steps (second order).
+TEST_F(AlgorithmsTest, HypergradientMatchesFiniteDifferencesInTheClientLr) {
+  const double eta = 0.8, lr = 0.3;
+  TensorTree metrics;
+  run_plugin("hypergrad_fedavg", {"client_lr=0.3", "local_epochs=2", "batch_size=0", "server_lr=0.8", "hyper_lr=0",
+                                  "learn_client_lr=true", "client_hyper_lr=0"}, 1, &metrics);
+  auto post_round = [&](double l) {
+    const auto [dw, db] = mean_update(initial.at("w"), initial.at("b"), 2, l);
+    return federated_loss(initial.at("w") - eta * dw, initial.at("b") - eta * db);
+  };
+  const double h = 1e-6;
+  const double numeric = (post_round(lr + h) - post_round(lr - h)) / (2 * h);
+  EXPECT_NEAR(metrics.at("hyper/client_lr_grad").item<double>(), numeric, 1e-7);
+  EXPECT_GT(std::abs(numeric), 1e-4) << "a flat objective checks nothing";
+}
+
+// DP-FedAvg without noise: clipped updates, summed, divided by the cohort size; adaptive clipping
+// moves C by exp(-clip_lr (fraction unclipped - target)).
+TEST_F(AlgorithmsTest, DpFedAvgClipsAndAdaptsTheClipNorm) {
+  const double clip = 0.05;
+  const ServerState fax_state =
+      run_plugin("dp_fedavg", {"client_lr=0.5", "batch_size=0", "noise_multiplier=0", "clip_norm=0.05",
+                               "adaptive_clipping=true", "target_quantile=0.5", "clip_lr=0.3", "server_lr=1.0"}, 1);
+  at::Tensor sw = at::zeros_like(initial.at("w"));
+  int unclipped = 0;
+  for (int64_t i = 0; i < 3; ++i) {
+    const auto [cw, cb] = local(i, initial.at("w"), initial.at("b"), 1, 0.5);
+    const at::Tensor dw = initial.at("w") - cw, db = initial.at("b") - cb;
+    const double norm = std::sqrt(dw.pow(2).sum().item<double>() + db.pow(2).sum().item<double>());
+    unclipped += norm <= clip;
+    sw += dw * std::min(1.0, clip / norm);
+  }
+  EXPECT_TRUE(at::allclose(fax_state.params.at("w"), initial.at("w") - sw / 3.0, 1e-10, 1e-12));
+  EXPECT_NEAR(fax_state.extra.at("clip_norm").item<double>(), clip * std::exp(-0.3 * (unclipped / 3.0 - 0.5)), 1e-12);
+}
+
+// The noise on the sum has standard deviation z C: compare a noised run with the noiseless one on
+// a model with enough coordinates to measure it.
+TEST_F(AlgorithmsTest, DpFedAvgNoiseHasTheConfiguredScale) {
+  std::vector<Examples> wide;
+  for (int64_t n : {6, 4, 5}) wide.push_back({at::randn({n, 200}, at::kDouble), at::randint(0, 10, {n}, at::kLong)});
+  data = std::make_unique<InMemoryDataset>(wide, wide[0], 10);
+  model = std::make_unique<SoftmaxRegression>(200, 10);
+  initial = TensorTree{{"w", at::zeros({200, 10}, at::kDouble)}, {"b", at::zeros({10}, at::kDouble)}};
+  TensorTree metrics;
+  const auto settings = [](const std::string& z) {
+    return std::vector<std::string>{"client_lr=0.1", "batch_size=0", "clip_norm=0.5", "noise_multiplier=" + z, "server_lr=1.0"};
+  };
+  const ServerState noiseless = run_plugin("dp_fedavg", settings("0"), 1);
+  const ServerState noised = run_plugin("dp_fedavg", settings("2.0"), 1, &metrics);
+  // params = x - (sum + noise) / 3: the difference times 3 is the noise, std z C = 1.
+  const at::Tensor noise = (noiseless.params.at("w") - noised.params.at("w")) * 3.0;
+  EXPECT_NEAR(noise.std().item<double>(), 2.0 * 0.5, 0.08);
+  EXPECT_NEAR(noise.mean().item<double>(), 0.0, 0.08);
+  // Sampling rate 3/3 = 1, one round: the Gaussian mechanism's epsilon at delta 1e-5.
+  EXPECT_NEAR(metrics.at("privacy/epsilon").item<double>(), sgm_epsilon(1.0, 2.0, 1, 1e-5).epsilon, 1e-12);
 }
 
 // FedSGD: the gradient of the example-weighted mean loss, one server step per round.
@@ -126,7 +304,8 @@ TEST_F(AlgorithmsTest, ExamplePluginAveragesClientModels) {
 }
 
 TEST_F(AlgorithmsTest, PluginsDeclareDocumentedKeys) {
-  for (const std::string name : {"fedavg", "fedsgd", "example"}) {
+  for (const std::string name :
+       {"fedavg", "fedsgd", "example", "fedopt", "fedprox", "scaffold", "hypergrad_fedavg", "dp_fedavg"}) {
     const auto plugin = load_plugin_file(std::string(FAX_TEST_PLUGIN_DIR) + "/fax_" + name + ".so");
     EXPECT_FALSE(plugin->description.empty());
     EXPECT_FALSE(plugin->keys.empty()) << name;
