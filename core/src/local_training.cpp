@@ -57,6 +57,8 @@ ClientBatches::ClientBatches(const ClientChunk& chunk, const FederatedDataset& d
   examples_ = at::tensor(sizes, at::kLong).to(weight_type);
 }
 
+at::Tensor ClientBatches::client_steps() const { return (mask_.sum(2) > 0).to(mask_.scalar_type()).sum(0); }
+
 Batch ClientBatches::batch(int64_t step) const {
   const at::Tensor rows = index_[step];  // [k, B]
   const int64_t k = rows.size(0);

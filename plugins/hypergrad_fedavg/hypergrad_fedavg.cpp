@@ -27,7 +27,7 @@ class HypergradFedAvg final : public fax::Algorithm {
   static std::vector<fax::ConfigKey> keys() {
     auto keys = fax::client_training_keys();
     keys.push_back(fax::positive_float_key("server_lr", "1.0", "initial server learning rate"));
-    keys.push_back(fax::float_key("hyper_lr", "0.05", "hypergradient step size on log(server_lr)", 0));
+    keys.push_back(fax::float_key("hyper_lr", "0.2", "hypergradient step size on log(server_lr)", 0));
     keys.push_back(fax::bool_key("learn_client_lr", "false", "also learn the client learning rate (through the local steps)"));
     keys.push_back(fax::float_key("client_hyper_lr", "0.05", "hypergradient step size on log(client_lr)", 0));
     return keys;
@@ -82,7 +82,7 @@ class HypergradFedAvg final : public fax::Algorithm {
 
  private:
   fax::ClientTraining training_;
-  double hyper_lr_ = 0.05;
+  double hyper_lr_ = 0.2;
   bool learn_client_lr_ = false;
   double client_hyper_lr_ = 0.05;
 };

@@ -78,7 +78,9 @@ PY
     ;;
   plugins)
     run_expect 0 "" -- "$FAX_RUN" plugins
-    for needle in "^fedavg " "^fedsgd " "algorithm.client_lr" "algorithm.server_momentum"; do
+    for needle in "^fedavg " "^fedsgd " "^fedopt " "^fedprox " "^scaffold " "^hypergrad_fedavg " "^dp_fedavg " \
+                  "algorithm.client_lr" "algorithm.server_momentum" "algorithm.server_optimizer" "algorithm.mu " \
+                  "algorithm.hyper_lr" "algorithm.noise_multiplier" "algorithm.target_quantile"; do
       grep -q "$needle" "$WORK/stdout" || fail "fax-run plugins lacks $needle"
     done
     ;;
@@ -149,6 +151,30 @@ with h5py.File(sys.argv[1]) as f:
     assert "fashion-mnist: 600 clients" in f["env"].attrs["data"], f["env"].attrs["data"]
     acc = f["metrics/eval/accuracy"][()]
     assert acc[-1] > 0.4, acc
+PY
+    ;;
+  dp_epsilon)
+    run_expect 0 "" -- "$FAX_RUN" run "$FAX_SOURCE_DIR/experiments/fmnist_dir01_dp.yaml" -o "$WORK/dp.h5" -q \
+      --set rounds=4 --set cohort.size=20 --set logging.eval_every=4
+    "$PYTHON" - "$WORK/dp.h5" <<'PY' || fail "epsilon is not logged every round"
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1]) as f:
+    eps = f["metrics/privacy/epsilon"][()]
+    assert eps.shape == (4,) and np.all(np.isfinite(eps)) and np.all(np.diff(eps) > 0), eps
+    assert np.all(f["metrics/dp/clip_norm"][()] == 0.5)
+PY
+    ;;
+  scaffold_states)
+    run_expect 0 "" -- "$FAX_RUN" run "$FAX_SOURCE_DIR/experiments/fmnist_dir01_scaffold.yaml" -o "$WORK/s.h5" -q \
+      --set rounds=3 --set logging.eval_every=3
+    "$PYTHON" - "$WORK/s.h5" <<'PY' || fail "client control variates missing from the checkpoint"
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1]) as f:
+    c = f["checkpoints/3"]
+    ids = c["client_states/id"][()]
+    assert 20 <= len(ids) <= 30 and len(np.unique(ids)) == len(ids), ids
+    assert c["client_states/l0.w"].shape == (len(ids), 784, 200)
+    assert c["extra/control/l0.w"].shape == (784, 200)
 PY
     ;;
   missing_data)

@@ -35,7 +35,7 @@ class ClientBatches {
   /// Examples per client, [k] float.
   const at::Tensor& examples() const { return examples_; }
   /// Steps in which each client has at least one real example, [k] float (SCAFFOLD's K_i).
-  at::Tensor client_steps() const { return (mask_.sum(2) > 0).to(mask_.scalar_type()).sum(0); }
+  at::Tensor client_steps() const;
 
  private:
   at::Tensor x_;      // the chunk's examples, concatenated client after client
