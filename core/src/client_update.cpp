@@ -54,4 +54,18 @@ ClientUpdates train_clients(const RoundContext& ctx, const Clients<TensorTree>& 
           Clients<TensorTree>(unprefixed(all, kExtra))};
 }
 
+RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params, const ClientTraining& training) {
+  ClientUpdates local = train_clients(ctx, broadcast(Server<TensorTree>(params)), training);
+  TensorTree mean = weighted_mean(local.deltas, ctx.example_counts()).value();
+  return {std::move(local), std::move(mean)};
+}
+
+RoundMetrics round_metrics(const RoundContext& ctx, const RoundUpdate& update) {
+  RoundMetrics metrics;
+  metrics.server.set("train/loss", weighted_mean(update.local.losses, ctx.example_counts()).value().detach());
+  metrics.server.set("train/update_norm", squared_norm(update.mean).sqrt().detach());
+  metrics.clients.emplace_back("train_loss", Clients<at::Tensor>(update.local.losses.value().detach()));
+  return metrics;
+}
+
 }  // namespace fax

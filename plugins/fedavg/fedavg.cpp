@@ -32,23 +32,14 @@ class FedAvg final : public fax::Algorithm {
   }
 
   fax::RoundMetrics round(fax::ServerState& state, fax::RoundContext& ctx) const override {
-    const auto start = fax::broadcast(fax::Server<fax::TensorTree>(state.params));
-    const fax::ClientUpdates local = fax::train_clients(ctx, start, training_);
-
-    const auto weights = ctx.example_counts();
-    const fax::TensorTree update = fax::weighted_mean(local.deltas, weights).value();
-    fax::TensorTree step = update;
+    const fax::RoundUpdate update = fax::mean_client_update(ctx, state.params, training_);
+    fax::TensorTree step = update.mean;
     if (momentum_ > 0) {
-      state.extra = fax::axpy(momentum_, state.extra, update);  // v = momentum * v + update
+      state.extra = fax::axpy(momentum_, state.extra, update.mean);  // v = momentum * v + update
       step = state.extra;
     }
     state.params = fax::axpy(-server_lr_, step, state.params);
-
-    fax::RoundMetrics metrics;
-    metrics.server.set("train/loss", fax::weighted_mean(local.losses, weights).value());
-    metrics.server.set("train/update_norm", fax::squared_norm(update).sqrt());
-    metrics.clients.emplace_back("train_loss", local.losses);
-    return metrics;
+    return fax::round_metrics(ctx, update);
   }
 
  private:

@@ -48,10 +48,8 @@ class FedOpt final : public fax::Algorithm {
   }
 
   fax::RoundMetrics round(fax::ServerState& state, fax::RoundContext& ctx) const override {
-    const auto start = fax::broadcast(fax::Server<fax::TensorTree>(state.params));
-    const fax::ClientUpdates local = fax::train_clients(ctx, start, training_);
-    const auto weights = ctx.example_counts();
-    const fax::TensorTree g = fax::weighted_mean(local.deltas, weights).value();
+    const fax::RoundUpdate update = fax::mean_client_update(ctx, state.params, training_);
+    const fax::TensorTree& g = update.mean;
 
     fax::TensorTree m = fax::unprefixed(state.extra, "m/");
     fax::TensorTree step;
@@ -76,12 +74,7 @@ class FedOpt final : public fax::Algorithm {
     }
     if (optimizer_ == "sgdm") state.extra = fax::prefixed(m, "m/");
     state.params = fax::axpy(-server_lr_, step, state.params);
-
-    fax::RoundMetrics metrics;
-    metrics.server.set("train/loss", fax::weighted_mean(local.losses, weights).value());
-    metrics.server.set("train/update_norm", fax::squared_norm(g).sqrt());
-    metrics.clients.emplace_back("train_loss", local.losses);
-    return metrics;
+    return fax::round_metrics(ctx, update);
   }
 
  private:

@@ -35,17 +35,9 @@ class FedProx final : public fax::Algorithm {
   }
 
   fax::RoundMetrics round(fax::ServerState& state, fax::RoundContext& ctx) const override {
-    const auto start = fax::broadcast(fax::Server<fax::TensorTree>(state.params));
-    const fax::ClientUpdates local = fax::train_clients(ctx, start, training_);
-    const auto weights = ctx.example_counts();
-    const fax::TensorTree update = fax::weighted_mean(local.deltas, weights).value();
-    state.params = fax::axpy(-server_lr_, update, state.params);
-
-    fax::RoundMetrics metrics;
-    metrics.server.set("train/loss", fax::weighted_mean(local.losses, weights).value());
-    metrics.server.set("train/update_norm", fax::squared_norm(update).sqrt());
-    metrics.clients.emplace_back("train_loss", local.losses);
-    return metrics;
+    const fax::RoundUpdate update = fax::mean_client_update(ctx, state.params, training_);
+    state.params = fax::axpy(-server_lr_, update.mean, state.params);
+    return fax::round_metrics(ctx, update);
   }
 
  private:

@@ -52,8 +52,8 @@ class HypergradFedAvg final : public fax::Algorithm {
     training.create_graph = learn_client_lr_;
 
     const auto weights = ctx.example_counts();
-    const fax::ClientUpdates local = fax::train_clients(ctx, fax::broadcast(fax::Server<fax::TensorTree>(state.params)), training);
-    const fax::TensorTree update = fax::weighted_mean(local.deltas, weights).value();
+    const fax::RoundUpdate round_update = fax::mean_client_update(ctx, state.params, training);
+    const fax::TensorTree& update = round_update.mean;
     const fax::TensorTree candidate = fax::axpy(-log_eta.exp(), update, state.params);
     const at::Tensor post_loss =
         fax::weighted_mean(fax::full_batch_losses(ctx, fax::broadcast(fax::Server<fax::TensorTree>(candidate))), weights)
@@ -68,15 +68,12 @@ class HypergradFedAvg final : public fax::Algorithm {
     state.params = fax::axpy(-next_log_eta.exp(), fax::detach(update), state.params);
     state.extra = fax::TensorTree{{"log_server_lr", next_log_eta}, {"log_client_lr", next_log_lr}};
 
-    fax::RoundMetrics metrics;
-    metrics.server.set("train/loss", fax::weighted_mean(local.losses, weights).value().detach());
-    metrics.server.set("train/update_norm", fax::squared_norm(update).sqrt().detach());
+    fax::RoundMetrics metrics = fax::round_metrics(ctx, round_update);
     metrics.server.set("hyper/post_round_loss", post_loss.detach());
     metrics.server.set("hyper/server_lr_grad", (grads[0] / log_eta.exp()).detach());
     if (learn_client_lr_) metrics.server.set("hyper/client_lr_grad", (grads[1] / log_lr.exp()).detach());
     metrics.server.set("server/lr", next_log_eta.exp());
     metrics.server.set("client/lr", next_log_lr.exp());
-    metrics.clients.emplace_back("train_loss", fax::Clients<at::Tensor>(local.losses.value().detach()));
     return metrics;
   }
 

@@ -55,20 +55,16 @@ class Scaffold final : public fax::Algorithm {
       ctx.client_states.scatter(chunk, fax::add(ci, change));
       return change;
     };
-    const auto start = fax::broadcast(fax::Server<fax::TensorTree>(state.params));
-    const fax::ClientUpdates local = fax::train_clients(ctx, start, training);
-
-    const fax::TensorTree update = fax::mean(local.deltas).value();
+    fax::ClientUpdates local = fax::train_clients(ctx, fax::broadcast(fax::Server<fax::TensorTree>(state.params)), training);
+    // SCAFFOLD averages updates and control-variate changes uniformly over the sampled clients.
     const fax::TensorTree control_change = fax::mean(local.extras).value();
+    const fax::RoundUpdate update{local, fax::mean(local.deltas).value()};
     const double coverage = static_cast<double>(ctx.program.cohort_size()) / static_cast<double>(ctx.data.num_clients());
-    state.params = fax::axpy(-server_lr_, update, state.params);
+    state.params = fax::axpy(-server_lr_, update.mean, state.params);
     state.extra = fax::prefixed(fax::axpy(coverage, control_change, c), "control/");
 
-    fax::RoundMetrics metrics;
-    metrics.server.set("train/loss", fax::weighted_mean(local.losses, ctx.example_counts()).value());
-    metrics.server.set("train/update_norm", fax::squared_norm(update).sqrt());
+    fax::RoundMetrics metrics = fax::round_metrics(ctx, update);
     metrics.server.set("train/control_norm", fax::squared_norm(c).sqrt());
-    metrics.clients.emplace_back("train_loss", local.losses);
     return metrics;
   }
 

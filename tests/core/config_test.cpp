@@ -17,18 +17,6 @@ Schema test_schema() {
   return s;
 }
 
-// The message of the fax::Error `fn` throws.
-template <class F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected fax::Error";
-  return "";
-}
-
 TEST(Config, ResolvesTypesDefaultsAndOverrides) {
   Config c = Config::from_yaml("rounds: 30\nalgorithm:\n  client_lr: 0.5\n", "exp.yaml");
   c.set("logging.per_client=yes");
@@ -46,13 +34,13 @@ TEST(Config, ResolvesTypesDefaultsAndOverrides) {
 
 TEST(Config, UnknownKeyNamesPlaceAndSuggestion) {
   Config c = Config::from_yaml("rounds: 3\nalgorithm:\n  client_lrr: 0.1\n", "exp.yaml");
-  EXPECT_EQ(error_of([&] { c.resolve(test_schema()); }),
+  EXPECT_EQ(test::error_of([&] { c.resolve(test_schema()); }),
             "exp.yaml:3:3: unknown key 'algorithm.client_lrr' (did you mean 'algorithm.client_lr'?)");
   Config section_typo = Config::from_yaml("algoritm:\n  client_lr: 0.1\n", "exp.yaml");
-  EXPECT_EQ(error_of([&] { section_typo.resolve(test_schema()); }),
+  EXPECT_EQ(test::error_of([&] { section_typo.resolve(test_schema()); }),
             "exp.yaml:2:3: unknown key 'algoritm.client_lr' (did you mean 'algorithm.client_lr'?)");
   Config far = Config::from_yaml("colour: blue\n", "exp.yaml");
-  EXPECT_EQ(error_of([&] { far.resolve(test_schema()); }), "exp.yaml:1:1: unknown key 'colour'");
+  EXPECT_EQ(test::error_of([&] { far.resolve(test_schema()); }), "exp.yaml:1:1: unknown key 'colour'");
 }
 
 TEST(Config, WrongTypeOutOfRangeAndChoices) {
@@ -60,36 +48,36 @@ TEST(Config, WrongTypeOutOfRangeAndChoices) {
     Config c = Config::from_yaml(yaml, "e.yaml");
     c.resolve(test_schema());
   };
-  EXPECT_EQ(error_of([&] { resolve("rounds: 2.5\n"); }), "e.yaml:1:9: rounds: expected an integer, got '2.5'");
-  EXPECT_EQ(error_of([&] { resolve("logging:\n  per_client: maybe\n"); }),
+  EXPECT_EQ(test::error_of([&] { resolve("rounds: 2.5\n"); }), "e.yaml:1:9: rounds: expected an integer, got '2.5'");
+  EXPECT_EQ(test::error_of([&] { resolve("logging:\n  per_client: maybe\n"); }),
             "e.yaml:2:15: logging.per_client: expected a bool, got 'maybe'");
-  EXPECT_EQ(error_of([&] { resolve("algorithm:\n  client_lr: fast\n"); }),
+  EXPECT_EQ(test::error_of([&] { resolve("algorithm:\n  client_lr: fast\n"); }),
             "e.yaml:2:14: algorithm.client_lr: expected a float, got 'fast'");
-  EXPECT_EQ(error_of([&] { resolve("rounds: 0\n"); }), "e.yaml:1:9: rounds: 0 is out of range (must be >= 1)");
-  EXPECT_EQ(error_of([&] { resolve("algorithm:\n  client_lr: 0\n"); }),
+  EXPECT_EQ(test::error_of([&] { resolve("rounds: 0\n"); }), "e.yaml:1:9: rounds: 0 is out of range (must be >= 1)");
+  EXPECT_EQ(test::error_of([&] { resolve("algorithm:\n  client_lr: 0\n"); }),
             "e.yaml:2:14: algorithm.client_lr: 0 is out of range (must be in (0, 1])");
-  EXPECT_EQ(error_of([&] { resolve("execution:\n  executors: 65\n"); }),
+  EXPECT_EQ(test::error_of([&] { resolve("execution:\n  executors: 65\n"); }),
             "e.yaml:2:14: execution.executors: 65 is out of range (must be in [1, 64])");
-  EXPECT_EQ(error_of([&] { resolve("data:\n  name: cifar\n"); }),
+  EXPECT_EQ(test::error_of([&] { resolve("data:\n  name: cifar\n"); }),
             "e.yaml:2:9: data.name: 'cifar' is not one of: synthetic, fmnist");
-  EXPECT_EQ(error_of([&] { resolve("rounds: nan\n"); }), "e.yaml:1:9: rounds: expected an integer, got 'nan'");
+  EXPECT_EQ(test::error_of([&] { resolve("rounds: nan\n"); }), "e.yaml:1:9: rounds: expected an integer, got 'nan'");
 }
 
 TEST(Config, RejectsMalformedDocuments) {
-  EXPECT_EQ(error_of([] { Config::from_yaml("rounds: 3\nrounds: 4\n", "e.yaml"); }),
+  EXPECT_EQ(test::error_of([] { Config::from_yaml("rounds: 3\nrounds: 4\n", "e.yaml"); }),
             "e.yaml:2:1: duplicate key 'rounds' (first set at e.yaml:1:1)");
-  EXPECT_EQ(error_of([] { Config::from_yaml("rounds: [1, 2]\n", "e.yaml"); }),
+  EXPECT_EQ(test::error_of([] { Config::from_yaml("rounds: [1, 2]\n", "e.yaml"); }),
             "e.yaml:1:1: key 'rounds' holds a list; it takes a single value");
-  EXPECT_EQ(error_of([] { Config::from_yaml("rounds:\n", "e.yaml"); }), "e.yaml:1:1: key 'rounds' has no value");
-  EXPECT_EQ(error_of([] { Config::from_yaml("- 1\n- 2\n", "e.yaml"); }),
+  EXPECT_EQ(test::error_of([] { Config::from_yaml("rounds:\n", "e.yaml"); }), "e.yaml:1:1: key 'rounds' has no value");
+  EXPECT_EQ(test::error_of([] { Config::from_yaml("- 1\n- 2\n", "e.yaml"); }),
             "e.yaml:1:1: an experiment is a YAML mapping of keys to values");
-  const std::string syntax = error_of([] { Config::from_yaml("a: [1,\nb: 2\n", "e.yaml"); });
+  const std::string syntax = test::error_of([] { Config::from_yaml("a: [1,\nb: 2\n", "e.yaml"); });
   EXPECT_EQ(syntax.rfind("e.yaml:", 0), 0u) << syntax;
   EXPECT_NE(syntax.find("YAML syntax error"), std::string::npos) << syntax;
-  EXPECT_EQ(error_of([] { Config::from_file("/nonexistent/exp.yaml"); }),
+  EXPECT_EQ(test::error_of([] { Config::from_file("/nonexistent/exp.yaml"); }),
             "/nonexistent/exp.yaml: cannot open the experiment file");
   Config c;
-  EXPECT_EQ(error_of([&] { c.set("rounds"); }), "--set rounds: expected dotted.key=value");
+  EXPECT_EQ(test::error_of([&] { c.set("rounds"); }), "--set rounds: expected dotted.key=value");
 }
 
 TEST(Config, ResolvedYamlRoundTrips) {

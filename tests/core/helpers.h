@@ -48,6 +48,18 @@ void expect_vjp_matches_finite_differences(Mesh& mesh, const Cohort& cohort, Pla
 void expect_gradient_matches_finite_differences(Mesh& mesh, const Cohort& cohort, const PlacedFn& loss,
                                                 const at::Tensor& x, double atol = 1e-7, double rtol = 1e-6);
 
+/// The message of the fax::Error that `fn` throws (a test failure when it throws none).
+template <class F>
+std::string error_of(F&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected fax::Error";
+  return "";
+}
+
 /// Raw bytes of a tensor, for bit-identity assertions with readable failure output.
 std::vector<uint8_t> bytes_of(const at::Tensor& t);
 

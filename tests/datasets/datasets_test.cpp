@@ -52,17 +52,6 @@ class DatasetsTest : public test::SeededTest {
   fs::path dir;
 };
 
-template <class F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected fax::Error";
-  return "";
-}
-
 TEST_F(DatasetsTest, IdxReadsCompressedAndPlainFiles) {
   for (bool gzip : {true, false}) {
     const at::Tensor t = read_idx(write_idx(gzip ? "a.gz" : "a", {3, 2, 2}, 12, gzip));
@@ -74,17 +63,17 @@ TEST_F(DatasetsTest, IdxReadsCompressedAndPlainFiles) {
 
 TEST_F(DatasetsTest, IdxErrorsNameTheFileAndTheProblem) {
   const std::string truncated = write_idx("t.gz", {10, 4}, 25, true);
-  EXPECT_EQ(error_of([&] { read_idx(truncated); }),
+  EXPECT_EQ(test::error_of([&] { read_idx(truncated); }),
             truncated + ": truncated: the header promises 40 bytes of data, the file holds 25");
   const std::string missing = (dir / "missing.gz").string();
-  EXPECT_EQ(error_of([&] { read_idx(missing); }), missing + ": no such file");
+  EXPECT_EQ(test::error_of([&] { read_idx(missing); }), missing + ": no such file");
   const std::string text = (dir / "text").string();
   std::ofstream(text) << "hello world";
-  EXPECT_EQ(error_of([&] { read_idx(text); }), text + ": not an IDX file (bad magic number)");
+  EXPECT_EQ(test::error_of([&] { read_idx(text); }), text + ": not an IDX file (bad magic number)");
   // A gzip header followed by garbage.
   const std::string corrupt = (dir / "corrupt.gz").string();
   std::ofstream(corrupt, std::ios::binary) << std::string("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03garbage-garbage", 25);
-  const std::string message = error_of([&] { read_idx(corrupt); });
+  const std::string message = test::error_of([&] { read_idx(corrupt); });
   EXPECT_EQ(message.rfind(corrupt + ": ", 0), 0u) << message;
 }
 
@@ -125,7 +114,7 @@ TEST_F(DatasetsTest, PartitionsAreDeterministicCompleteAndSkewed) {
   EXPECT_THROW(partition(labels, 10, impossible), Error);
   PartitionOptions unknown;
   unknown.kind = "random";
-  EXPECT_EQ(error_of([&] { partition(labels, 10, unknown); }), "unknown partition 'random' (iid, dirichlet, shards)");
+  EXPECT_EQ(test::error_of([&] { partition(labels, 10, unknown); }), "unknown partition 'random' (iid, dirichlet, shards)");
 }
 
 TEST_F(DatasetsTest, FashionMnistFromTheDebianPackage) {
@@ -149,14 +138,14 @@ TEST_F(DatasetsTest, FashionMnistFromTheDebianPackage) {
   const Examples c7 = data->client(7);
   EXPECT_EQ(c7.size(), data->num_examples(7));
   EXPECT_EQ(c7.y.scalar_type(), at::kLong);
-  EXPECT_EQ(error_of([&] { load_fashion_mnist((dir / "nowhere").string(), o); }).find((dir / "nowhere").string() + ": no such directory"), 0u);
+  EXPECT_EQ(test::error_of([&] { load_fashion_mnist((dir / "nowhere").string(), o); }).find((dir / "nowhere").string() + ": no such directory"), 0u);
 }
 
 TEST_F(DatasetsTest, FashionMnistRejectsTruncatedFiles) {
   // A directory whose training images stop early.
   write_idx("train-images-idx3-ubyte.gz", {100, 28, 28}, 1000, true);
   write_idx("train-labels-idx1-ubyte.gz", {100}, 100, true);
-  const std::string message = error_of([&] { load_fashion_mnist(dir.string(), PartitionOptions{}); });
+  const std::string message = test::error_of([&] { load_fashion_mnist(dir.string(), PartitionOptions{}); });
   EXPECT_NE(message.find("train-images-idx3-ubyte.gz: truncated"), std::string::npos) << message;
 }
 
@@ -182,10 +171,10 @@ TEST_F(DatasetsTest, TffHdf5WrittenByH5pyReadsWithItsClients) {
   EXPECT_EQ(held->num_examples(2), 5);
   EXPECT_EQ(held->test().size(), 1 + 1 + 2);
   o.x = "image";
-  const std::string message = error_of([&] { load_tff_hdf5(o); });
+  const std::string message = test::error_of([&] { load_tff_hdf5(o); });
   EXPECT_NE(message.find("client 'f0000_12' has no feature 'image' (members: label, pixels)"), std::string::npos) << message;
   o.path = (dir / "absent.h5").string();
-  EXPECT_EQ(error_of([&] { load_tff_hdf5(o); }), o.path + ": missing, unreadable or not an HDF5 file");
+  EXPECT_EQ(test::error_of([&] { load_tff_hdf5(o); }), o.path + ": missing, unreadable or not an HDF5 file");
 }
 
 TEST_F(DatasetsTest, TextFromAFolderATabFileAndTffStrings) {
@@ -221,7 +210,7 @@ TEST_F(DatasetsTest, TextFromAFolderATabFileAndTffStrings) {
   EXPECT_EQ(lines.client_names(), (std::vector<std::string>{"alice", "bob"}));
   std::ofstream(dir / "bad.tsv") << "alice\thello\nno tab here\n";
   o.path = (dir / "bad.tsv").string();
-  EXPECT_EQ(error_of([&] { TextDataset t(o); }), o.path + ":2: expected 'client<TAB>text' lines");
+  EXPECT_EQ(test::error_of([&] { TextDataset t(o); }), o.path + ":2: expected 'client<TAB>text' lines");
 
   const std::string shakespeare = tff("shakespeare.h5");
   ASSERT_FALSE(shakespeare.empty());
@@ -252,7 +241,7 @@ TEST_F(DatasetsTest, RegistryDocumentsEveryKey) {
     EXPECT_FALSE(entry.description.empty());
     for (const auto& key : entry.keys) EXPECT_FALSE(key.doc.empty()) << entry.name << "." << key.name;
   }
-  EXPECT_EQ(error_of([] { find_dataset("cifar"); }),
+  EXPECT_EQ(test::error_of([] { find_dataset("cifar"); }),
             "unknown data set 'cifar' (available: synthetic, fmnist, tff_hdf5, text, synthetic_tokens)");
 }
 

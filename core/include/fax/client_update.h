@@ -46,4 +46,17 @@ Clients<at::Tensor> full_batch_losses(const RoundContext& ctx, const Clients<Ten
 /// Local SGD for this executor's clients from `start` (clients-placed), in batched chunks.
 ClientUpdates train_clients(const RoundContext& ctx, const Clients<TensorTree>& start, const ClientTraining& training);
 
+/// A FedAvg-style round's client half: the clients' updates and their example-weighted mean.
+struct RoundUpdate {
+  ClientUpdates local;
+  TensorTree mean;  ///< sum(n_i delta_i) / sum(n_i): the server's pseudo-gradient
+};
+
+/// broadcast(params) -> train_clients -> weighted_mean of the deltas by example count.
+RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params, const ClientTraining& training);
+
+/// The metrics FedAvg-style plugins report: train/loss (example-weighted mean of the clients'
+/// training losses), train/update_norm (|mean update|) and the per-client train_loss.
+RoundMetrics round_metrics(const RoundContext& ctx, const RoundUpdate& update);
+
 }  // namespace fax
