@@ -14,6 +14,12 @@ struct RunOptions {
   bool quiet = false;
 };
 
+struct ResumeOptions {
+  std::string run;
+  std::vector<std::string> plugin_dirs;
+  bool quiet = false;
+};
+
 struct PluginsOptions {
   std::vector<std::string> plugin_dirs;
 };
@@ -24,6 +30,7 @@ struct InspectOptions {
 };
 
 int run_command(const RunOptions& options);
+int resume_command(const ResumeOptions& options);
 int plugins_command(const PluginsOptions& options);
 int inspect_command(const InspectOptions& options);
 

@@ -44,6 +44,13 @@ int main(int argc, char** argv) {
   run_cmd->add_flag("--dry-run", run.dry_run, "print the resolved settings and stop");
   run_cmd->add_flag("-q,--quiet", run.quiet, "no progress output");
 
+  fax::cli::ResumeOptions resume;
+  CLI::App* resume_cmd =
+      app.add_subcommand("resume", "continue a run from its last checkpoint (after a crash, kill or Ctrl-C)");
+  resume_cmd->add_option("run", resume.run, "the run log to continue")->required()->type_name("RUN.h5");
+  add_plugin_dir_option(*resume_cmd, resume.plugin_dirs);
+  resume_cmd->add_flag("-q,--quiet", resume.quiet, "no progress output");
+
   fax::cli::PluginsOptions plugins;
   CLI::App* plugins_cmd = app.add_subcommand("plugins", "list the algorithm plugins found, with versions and keys");
   add_plugin_dir_option(*plugins_cmd, plugins.plugin_dirs);
@@ -65,6 +72,7 @@ int main(int argc, char** argv) {
 
   try {
     if (run_cmd->parsed()) return fax::cli::run_command(run);
+    if (resume_cmd->parsed()) return fax::cli::resume_command(resume);
     if (plugins_cmd->parsed()) return fax::cli::plugins_command(plugins);
     return fax::cli::inspect_command(inspect);
   } catch (const fax::Error& e) {

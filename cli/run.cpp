@@ -1,6 +1,9 @@
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
+#include <csignal>
+#include <optional>
 #include <cstdio>
 #include <filesystem>
 
@@ -68,50 +71,118 @@ class ProgressPrinter {
   Metrics last_eval_;
 };
 
-}  // namespace
+// SIGINT / SIGTERM ask the run to stop after the current round; a second one kills it outright.
+std::atomic<int> stop_signal{0};
 
-int run_command(const RunOptions& options) {
-  const PluginLoader loader(options.plugin_dirs);
-  ExperimentSetup setup = resolve_experiment(options.experiment, options.overrides, loader);
-  const Config& config = setup.config;
-  if (options.dry_run) {
-    std::printf("# fax-run %s: resolved settings of %s (algorithm plugin: %s)\n%s", FAX_VERSION,
-                options.experiment.c_str(), setup.plugin->path.c_str(), config.to_yaml().c_str());
-    return 0;
+void on_stop_signal(int signal) {
+  if (stop_signal.exchange(signal) != 0) {
+    std::signal(signal, SIG_DFL);
+    std::raise(signal);
   }
+}
 
+class StopSignals {
+ public:
+  StopSignals() {
+    stop_signal = 0;
+    previous_int_ = std::signal(SIGINT, on_stop_signal);
+    previous_term_ = std::signal(SIGTERM, on_stop_signal);
+  }
+  ~StopSignals() {
+    std::signal(SIGINT, previous_int_);
+    std::signal(SIGTERM, previous_term_);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  void (*previous_int_)(int);
+  void (*previous_term_)(int);
+};
+
+// Runs (or continues) an experiment into the run log at `output`.
+int execute(const ExperimentSetup& setup, const std::string& source, const std::string& output, bool quiet,
+            bool resume) {
+  const Config& config = setup.config;
   const auto data = setup.dataset->create(config);
   const auto model = setup.model->create(config, {data->input_shape(), data->num_classes()});
   auto algorithm = setup.plugin->create();
   Experiment experiment(config, *algorithm, *model, *data);
 
-  const std::string output = options.output.empty()
-                                 ? std::filesystem::path(options.experiment).stem().string() + ".h5"
-                                 : options.output;
-  StringPairs env = experiment.environment();
-  env.emplace_back("experiment", options.experiment);
-  env.emplace_back("algorithm", setup.plugin->name);
-  env.emplace_back("algorithm_plugin", setup.plugin->path);
-  RunLog log(output, config.to_yaml(), env);
+  std::optional<ResumePoint> point;
+  std::optional<RunLog> log;
+  if (resume) {
+    const RunLogReader reader(output);
+    const auto checkpoints = reader.checkpoint_rounds();
+    const int64_t after = checkpoints.empty() ? 0 : checkpoints.back();
+    if (after > 0) point = resume_point(after, reader.checkpoint(after));
+    log.emplace(RunLog::resume(output, after));
+  } else {
+    StringPairs env = experiment.environment();
+    env.emplace_back("experiment", source);
+    env.emplace_back("algorithm", setup.plugin->name);
+    env.emplace_back("algorithm_plugin", setup.plugin->path);
+    log.emplace(output, config.to_yaml(), env);
+  }
+  const int64_t rounds = config.get_int("rounds");
+  const int64_t first = point ? point->round : 0;
+  if (first >= rounds) {
+    if (!quiet) std::printf("%s: all %lld rounds are done; nothing to resume\n", output.c_str(), static_cast<long long>(rounds));
+    return 0;
+  }
 
   const MeshOptions& mesh = experiment.mesh().options();
-  if (!options.quiet) {
-    std::printf("fax-run %s: %s\n  data: %s\n  model: %s\n  algorithm: %s (%s)\n  mesh: %d executors x %d threads, "
+  if (!quiet) {
+    std::printf("fax-run %s: %s%s\n  data: %s\n  model: %s\n  algorithm: %s (%s)\n  mesh: %d executors x %d threads, "
                 "%lld logical shards; cohort %lld of %lld clients; %lld rounds\n  log: %s\n",
-                FAX_VERSION, options.experiment.c_str(), data->describe().c_str(), model->describe().c_str(),
-                setup.plugin->name.c_str(), setup.plugin->path.c_str(), mesh.executors, mesh.threads_per_executor,
-                static_cast<long long>(mesh.logical_shards), static_cast<long long>(config.get_int("cohort.size")),
-                static_cast<long long>(data->num_clients()), static_cast<long long>(config.get_int("rounds")),
-                output.c_str());
+                FAX_VERSION, source.c_str(),
+                resume ? fmt::format(" (resuming after round {})", first).c_str() : "", data->describe().c_str(),
+                model->describe().c_str(), setup.plugin->name.c_str(), setup.plugin->path.c_str(), mesh.executors,
+                mesh.threads_per_executor, static_cast<long long>(mesh.logical_shards),
+                static_cast<long long>(config.get_int("cohort.size")), static_cast<long long>(data->num_clients()),
+                static_cast<long long>(rounds), output.c_str());
     std::fflush(stdout);
   }
-  ProgressPrinter progress(config.get_int("logging.progress_every"), options.quiet);
-  const RunResult result = experiment.run(&log, std::ref(progress));
-  if (!options.quiet) {
-    std::printf("done: %lld rounds in %s;%s\n  log: %s\n", static_cast<long long>(config.get_int("rounds")),
+  ProgressPrinter progress(config.get_int("logging.progress_every"), quiet);
+  const StopSignals signals;
+  const RunResult result = experiment.run(&*log, std::ref(progress), point ? &*point : nullptr,
+                                          [] { return stop_signal.load() != 0; });
+  if (result.stopped) {
+    std::fprintf(stderr, "fax-run: stopped by signal %d after round %lld of %lld; the state is checkpointed: "
+                         "continue with 'fax-run resume %s'\n",
+                 stop_signal.load(), static_cast<long long>(result.rounds_done), static_cast<long long>(rounds),
+                 output.c_str());
+    return 128 + stop_signal.load();
+  }
+  if (!quiet) {
+    std::printf("done: %lld rounds in %s;%s\n  log: %s\n", static_cast<long long>(rounds),
                 format_seconds(result.seconds).c_str(), format_metrics(result.last).c_str(), output.c_str());
   }
   return 0;
+}
+
+}  // namespace
+
+int run_command(const RunOptions& options) {
+  const PluginLoader loader(options.plugin_dirs);
+  const ExperimentSetup setup = load_experiment(options.experiment, options.overrides, loader);
+  if (options.dry_run) {
+    std::printf("# fax-run %s: resolved settings of %s (algorithm plugin: %s)\n%s", FAX_VERSION,
+                options.experiment.c_str(), setup.plugin->path.c_str(), setup.config.to_yaml().c_str());
+    return 0;
+  }
+  const std::string output = options.output.empty()
+                                 ? std::filesystem::path(options.experiment).stem().string() + ".h5"
+                                 : options.output;
+  return execute(setup, options.experiment, output, options.quiet, false);
+}
+
+int resume_command(const ResumeOptions& options) {
+  const PluginLoader loader(options.plugin_dirs);
+  // The run log holds the resolved experiment: resolving it again rebuilds the same run.
+  const std::string config_text = RunLogReader(options.run).config();
+  const ExperimentSetup setup = resolve_experiment(Config::from_yaml(config_text, options.run + ":/config"), loader);
+  return execute(setup, options.run + ":/config", options.run, options.quiet, true);
 }
 
 }  // namespace fax::cli

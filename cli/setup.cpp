@@ -19,11 +19,16 @@ auto find_named(const Config& config, const Schema& base, const std::string& key
 
 }  // namespace
 
-ExperimentSetup resolve_experiment(const std::string& path, const std::vector<std::string>& overrides,
-                                   const PluginLoader& loader) {
+ExperimentSetup load_experiment(const std::string& path, const std::vector<std::string>& overrides,
+                                const PluginLoader& loader) {
+  Config config = Config::from_file(path);
+  for (const auto& assignment : overrides) config.set(assignment);
+  return resolve_experiment(std::move(config), loader);
+}
+
+ExperimentSetup resolve_experiment(Config config, const PluginLoader& loader) {
   ExperimentSetup setup;
-  setup.config = Config::from_file(path);
-  for (const auto& assignment : overrides) setup.config.set(assignment);
+  setup.config = std::move(config);
 
   Schema schema = experiment_schema();
   setup.dataset = find_named(setup.config, schema, "data.name", [](const std::string& n) { return &find_dataset(n); });

@@ -21,7 +21,10 @@ struct ExperimentSetup {
   std::shared_ptr<const Plugin> plugin;
 };
 
-ExperimentSetup resolve_experiment(const std::string& path, const std::vector<std::string>& overrides,
-                                   const PluginLoader& loader);
+/// Checks `config` against the schema of the data set, model and algorithm it names.
+ExperimentSetup resolve_experiment(Config config, const PluginLoader& loader);
+/// The experiment file at `path` with its --set overrides, resolved.
+ExperimentSetup load_experiment(const std::string& path, const std::vector<std::string>& overrides,
+                                const PluginLoader& loader);
 
 }  // namespace fax::cli

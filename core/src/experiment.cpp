@@ -39,14 +39,15 @@ Schema experiment_schema() {
   s.add(string_key("algorithm.name", "fedavg", "the algorithm plugin (fax_<name>.so), or a path to one"));
   s.add(int_key("execution.executors", "0",
                 "executor threads; 0: as many as the machine's cores allow, at most logical_shards", 0));
-  s.add(int_key("execution.logical_shards", "0",
-                "logical shards of the cohort; results depend on this, never on executors; 0: min(cohort.size, 4)", 0));
+  s.add(int_key("execution.logical_shards", "4",
+                "logical shards of the cohort (at most cohort.size); results depend on this, never on executors", 1));
   s.add(int_key("execution.threads", "1", "LibTorch intra-op threads per executor (part of the reproducibility key)", 1));
   s.add(int_key("execution.vectorize", "0", "clients per batched map_clients chunk; 0: a whole logical shard", 0));
   s.add(int_key("logging.eval_every", "10", "evaluate on the test split every K rounds (and after the last); 0: last only", 0));
   s.add(int_key("logging.progress_every", "10", "when stdout is not a terminal, print a progress line every K rounds", 1));
   s.add(bool_key("logging.per_client", "false", "log per-client metrics (round x cohort) under /clients"));
-  s.add(int_key("logging.checkpoint_every", "0", "checkpoint the server state every K rounds (and after the last); 0: last only", 0));
+  s.add(int_key("logging.checkpoint_every", "10",
+                "checkpoint the whole state every K rounds and after the last (fax-run resume starts there); 0: last only", 0));
   return s;
 }
 
@@ -55,7 +56,6 @@ MeshOptions mesh_options(const Config& config) {
   o.threads_per_executor = static_cast<int>(config.get_int("execution.threads"));
   o.vectorize = config.get_int("execution.vectorize");
   o.logical_shards = config.get_int("execution.logical_shards");
-  if (o.logical_shards == 0) o.logical_shards = std::min<int64_t>(config.get_int("cohort.size"), 4);
   o.executors = static_cast<int>(config.get_int("execution.executors"));
   if (o.executors == 0) {
     const int cores = std::max(1u, std::thread::hardware_concurrency());
@@ -129,7 +129,18 @@ Metrics Experiment::evaluate(const TensorTree& params) {
   return {{"eval/loss", totals[0].item<double>() / n}, {"eval/accuracy", totals[1].item<double>() / n}};
 }
 
-RunResult Experiment::run(RunLog* log, const ProgressFn& progress) {
+TensorTree checkpoint_tree(const ServerState& state, const ClientStates& clients) {
+  return join({prefixed(state.params, "params/"), prefixed(state.extra, "extra/"),
+               prefixed(clients.stacked(), "client_states/")});
+}
+
+ResumePoint resume_point(int64_t round, const TensorTree& checkpoint) {
+  return {round, {unprefixed(checkpoint, "params/"), unprefixed(checkpoint, "extra/")},
+          unprefixed(checkpoint, "client_states/")};
+}
+
+RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumePoint* resume,
+                          const std::function<bool()>& stop) {
   const uint64_t seed = static_cast<uint64_t>(config_.get_int("seed"));
   const int64_t rounds = config_.get_int("rounds");
   const int64_t cohort_size = config_.get_int("cohort.size");
@@ -138,9 +149,16 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress) {
   const bool per_client = config_.get_bool("logging.per_client");
 
   RunResult result;
+  // init reads the algorithm's settings even when the state then comes from a checkpoint.
   result.state = algorithm_.init(config_, model_, model_.init(server_generator(seed, -1)));
+  const int64_t first = resume != nullptr ? resume->round : 0;
+  if (resume != nullptr) {
+    result.state = resume->state;
+    client_states_.restore(resume->client_states);
+  }
+  result.rounds_done = first;
   const auto start = std::chrono::steady_clock::now();
-  for (int64_t r = 0; r < rounds; ++r) {
+  for (int64_t r = first; r < rounds; ++r) {
     const auto round_start = std::chrono::steady_clock::now();
     const Cohort cohort = sample_cohort(data_, cohort_size, seed, r);
     const TensorTree packed = mesh_.run(cohort, [&](Program& p) {
@@ -167,27 +185,35 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress) {
     metrics.emplace_back("time/round_s",
                          std::chrono::duration<double>(std::chrono::steady_clock::now() - round_start).count());
     const int64_t completed = r + 1;
+    result.rounds_done = completed;
     if (due(eval_every, completed, rounds)) {
       for (auto& m : evaluate(algorithm_.eval_params(result.state))) metrics.push_back(m);
     }
+    const bool stopping = stop && stop() && completed < rounds;
     if (log != nullptr) {
-      log->append(completed, metrics);
       if (per_client) {
         std::vector<std::pair<std::string, at::Tensor>> values;
         for (const auto& [name, t] : unprefixed(packed, "clients/")) values.emplace_back(name, t);
         log->append_clients(at::tensor(cohort.ids(), at::kLong), values);
       }
-      if (due(checkpoint_every, completed, rounds)) {
-        log->checkpoint(completed, join({prefixed(result.state.params, "params/"), prefixed(result.state.extra, "extra/"),
-                                         prefixed(client_states_.stacked(), "client_states/")}));
+      // The checkpoint file is written first and linked by the append that commits the round: a
+      // crash in between leaves a file no log links to, which a resume discards.
+      if (stopping || due(checkpoint_every, completed, rounds)) {
+        log->checkpoint(completed, checkpoint_tree(result.state, client_states_));
       }
+      log->append(completed, metrics);
     }
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     result.last = metrics;
     result.seconds = elapsed;
     if (progress) {
-      progress({completed, rounds, elapsed, elapsed / completed * (rounds - completed),
-                static_cast<double>(cohort_size * completed) / std::max(elapsed, 1e-9), metrics});
+      const int64_t done_here = completed - first;
+      progress({completed, rounds, elapsed, elapsed / done_here * (rounds - completed),
+                static_cast<double>(cohort_size * done_here) / std::max(elapsed, 1e-9), metrics});
+    }
+    if (stopping) {
+      result.stopped = true;
+      break;
     }
   }
   return result;

@@ -126,8 +126,9 @@ std::string File::read_string(const std::string& name) const {
 }
 
 std::string File::read_string_attribute(const std::string& object, const std::string& attribute) const {
-  Handle a(checked(H5Aopen_by_name(impl_->file.get(), object.c_str(), attribute.c_str(), H5P_DEFAULT, H5P_DEFAULT),
-                   path_, "read attribute " + attribute + " of " + object),
+  // Open the object first: it may sit behind an external link (a checkpoint file).
+  Handle o(checked(H5Oopen(impl_->file.get(), object.c_str(), H5P_DEFAULT), path_, "open " + object), H5Oclose);
+  Handle a(checked(H5Aopen(o.get(), attribute.c_str(), H5P_DEFAULT), path_, "read attribute " + attribute + " of " + object),
            H5Aclose);
   return read_vlen_string(a.get(), true, path_);
 }

@@ -1,6 +1,8 @@
 #include <fax/run_log.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <functional>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -12,53 +14,13 @@
 namespace fax {
 namespace {
 using namespace h5::detail;
-
-// An extendable dataset growing along its first axis: [rows] or [rows, width].
-class Series {
- public:
-  Series(hid_t file, const std::string& name, hid_t type, int64_t width, const std::string& path)
-      : type_(type), width_(width), path_(path) {
-    const int rank = width > 0 ? 2 : 1;
-    hsize_t dims[2] = {0, static_cast<hsize_t>(width)};
-    hsize_t max[2] = {H5S_UNLIMITED, static_cast<hsize_t>(width)};
-    hsize_t chunk[2] = {width > 0 ? 16u : 256u, static_cast<hsize_t>(std::max<int64_t>(width, 1))};
-    Handle space(checked(H5Screate_simple(rank, dims, max), path, "create a dataspace"), H5Sclose);
-    Handle props(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-    H5Pset_chunk(props.get(), rank, chunk);
-    dataset_ = Handle(checked(H5Dcreate2(file, name.c_str(), type, space.get(), intermediate_groups().get(),
-                                         props.get(), H5P_DEFAULT),
-                              path, "create " + name),
-                      H5Dclose);
-  }
-
-  void append(const void* row) {
-    const int rank = width_ > 0 ? 2 : 1;
-    hsize_t extent[2] = {rows_ + 1, static_cast<hsize_t>(width_)};
-    checked(H5Dset_extent(dataset_.get(), extent), path_, "extend a dataset");
-    Handle file_space(H5Dget_space(dataset_.get()), H5Sclose);
-    hsize_t start[2] = {rows_, 0};
-    hsize_t count[2] = {1, static_cast<hsize_t>(width_)};
-    H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
-    Handle mem_space(H5Screate_simple(rank, count, nullptr), H5Sclose);
-    checked(H5Dwrite(dataset_.get(), type_, mem_space.get(), file_space.get(), H5P_DEFAULT, row), path_,
-            "write a row");
-    ++rows_;
-  }
-
-  hsize_t rows() const { return rows_; }
-
- private:
-  Handle dataset_;
-  hid_t type_;
-  int64_t width_;
-  std::string path_;
-  hsize_t rows_ = 0;
-};
+namespace fs = std::filesystem;
 
 void write_string(hid_t file, const std::string& name, const std::string& value, const std::string& path) {
   Handle type = utf8_string_type();
   Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  Handle ds(checked(H5Dcreate2(file, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+  Handle ds(checked(H5Dcreate2(file, name.c_str(), type.get(), space.get(), intermediate_groups().get(), H5P_DEFAULT,
+                               H5P_DEFAULT),
                     path, "create " + name),
             H5Dclose);
   const char* text = value.c_str();
@@ -75,103 +37,198 @@ void write_string_attribute(hid_t object, const std::string& name, const std::st
   checked(H5Awrite(attr.get(), type.get(), &text), path, "write attribute " + name);
 }
 
+// A tensor as a dataset of its shape and type, creating the groups on the way.
+void write_tensor(hid_t file, const std::string& name, const at::Tensor& tensor, const std::string& path) {
+  const at::Tensor t = tensor.detach().cpu().contiguous();
+  std::vector<hsize_t> dims(t.sizes().begin(), t.sizes().end());
+  Handle space(t.dim() == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(t.dim(), dims.data(), nullptr), H5Sclose);
+  const hid_t type = native_type(t.scalar_type(), path);
+  Handle ds(checked(H5Dcreate2(file, name.c_str(), type, space.get(), intermediate_groups().get(), H5P_DEFAULT,
+                               H5P_DEFAULT),
+                    path, "create " + name),
+            H5Dclose);
+  if (t.numel() > 0) checked(H5Dwrite(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()), path, "write " + name);
+}
+
+// Writes a complete HDF5 file through `fill` into a temporary file renamed over `path`, so that
+// `path` always holds a whole file, whenever the process dies.
+void write_atomically(const std::string& path, const std::function<void(hid_t)>& fill) {
+  silence_hdf5_errors();
+  const std::string tmp = path + ".tmp";
+  {
+    // Attribute creation order is tracked so the environment reads back in the order it was written.
+    Handle props(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
+    H5Pset_attr_creation_order(props.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
+    Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, props.get(), H5P_DEFAULT), H5Fclose);
+    FAX_CHECK(file.get() >= 0, "{}: cannot create the run log (is the directory writable?)", path);
+    fill(file.get());
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  FAX_CHECK(!ec, "{}: cannot replace the run log: {}", path, ec.message());
+}
+
+std::string checkpoint_dir(const std::string& path) { return path + ".checkpoints"; }
+
+std::string checkpoint_file(const std::string& path, int64_t round) {
+  return fmt::format("{}/round-{:08d}.h5", checkpoint_dir(path), round);
+}
+
 }  // namespace
 
 struct RunLog::Impl {
-  Handle file;
-  std::unique_ptr<Series> rounds;
-  std::vector<std::pair<std::string, std::unique_ptr<Series>>> metrics;
-  std::unique_ptr<Series> client_ids;
-  std::vector<std::pair<std::string, std::unique_ptr<Series>>> client_values;
+  std::string config;
+  StringPairs env;
+  std::vector<int64_t> rounds;
+  std::vector<std::pair<std::string, std::vector<double>>> metrics;
+  std::vector<at::Tensor> client_ids;  // one row per append_clients
+  std::vector<std::pair<std::string, std::vector<at::Tensor>>> client_values;
+  std::vector<int64_t> checkpoints;
 };
 
 RunLog::RunLog(const std::string& path, const std::string& config_yaml, const StringPairs& env)
     : impl_(std::make_unique<Impl>()), path_(path) {
-  silence_hdf5_errors();
-  impl_->file = Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-  FAX_CHECK(impl_->file.get() >= 0, "{}: cannot create the run log (is the directory writable?)", path);
-  write_string(impl_->file.get(), "/config", config_yaml, path);
-  // Attribute creation order is tracked so the environment reads back in the order it was written.
-  Handle group_props(H5Pcreate(H5P_GROUP_CREATE), H5Pclose);
-  H5Pset_attr_creation_order(group_props.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
-  Handle group(checked(H5Gcreate2(impl_->file.get(), "/env", H5P_DEFAULT, group_props.get(), H5P_DEFAULT), path,
-                       "create /env"),
-               H5Gclose);
-  for (const auto& [key, value] : env) write_string_attribute(group.get(), key, value, path);
-  impl_->rounds = std::make_unique<Series>(impl_->file.get(), "/metrics/round", H5T_NATIVE_INT64, 0, path);
-  H5Fflush(impl_->file.get(), H5F_SCOPE_GLOBAL);
+  impl_->config = config_yaml;
+  impl_->env = env;
+  std::error_code ec;
+  fs::remove_all(checkpoint_dir(path), ec);
+  commit();
 }
 
 RunLog::~RunLog() = default;
+RunLog::RunLog(RunLog&&) noexcept = default;
+RunLog& RunLog::operator=(RunLog&&) noexcept = default;
+
+RunLog RunLog::resume(const std::string& path, int64_t after_round) {
+  const RunLogReader reader(path);
+  RunLog log;
+  log.impl_ = std::make_unique<Impl>();
+  log.path_ = path;
+  Impl& m = *log.impl_;
+  m.config = reader.config();
+  m.env = reader.env();
+  const std::vector<int64_t> rounds = reader.rounds();
+  size_t keep = 0;
+  while (keep < rounds.size() && rounds[keep] <= after_round) ++keep;
+  m.rounds.assign(rounds.begin(), rounds.begin() + keep);
+  for (const auto& name : reader.metric_names()) {
+    std::vector<double> values = reader.metric(name);
+    values.resize(keep);
+    m.metrics.emplace_back(name, std::move(values));
+  }
+  if (reader.has("/clients/id")) {
+    // Per-client rows are one per round, like the metrics.
+    const at::Tensor ids = reader.dataset("/clients/id");
+    for (size_t r = 0; r < keep && r < static_cast<size_t>(ids.size(0)); ++r) m.client_ids.push_back(ids[r]);
+    for (const auto& name : reader.datasets_below("/clients")) {
+      if (name == "id") continue;
+      const at::Tensor values = reader.dataset("/clients/" + name);
+      std::vector<at::Tensor> rows;
+      for (size_t r = 0; r < m.client_ids.size(); ++r) rows.push_back(values[r]);
+      m.client_values.emplace_back(name, std::move(rows));
+    }
+  }
+  for (int64_t r : reader.checkpoint_rounds())
+    if (r <= after_round) m.checkpoints.push_back(r);
+  // Checkpoint files after the resume point, or that no log links to, are leftovers of the crash.
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(checkpoint_dir(path), ec)) {
+    const std::string file = entry.path().string();
+    const bool linked = std::any_of(m.checkpoints.begin(), m.checkpoints.end(),
+                                    [&](int64_t r) { return checkpoint_file(path, r) == file; });
+    if (!linked) fs::remove(entry.path(), ec);
+  }
+  log.commit();
+  return log;
+}
+
+void RunLog::commit() const {
+  const Impl& m = *impl_;
+  write_atomically(path_, [&](hid_t file) {
+    write_string(file, "/config", m.config, path_);
+    Handle group_props(H5Pcreate(H5P_GROUP_CREATE), H5Pclose);
+    H5Pset_attr_creation_order(group_props.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
+    Handle group(checked(H5Gcreate2(file, "/env", H5P_DEFAULT, group_props.get(), H5P_DEFAULT), path_, "create /env"),
+                 H5Gclose);
+    for (const auto& [key, value] : m.env) write_string_attribute(group.get(), key, value, path_);
+    write_tensor(file, "/metrics/round", at::tensor(m.rounds, at::kLong), path_);
+    for (const auto& [name, values] : m.metrics) {
+      write_tensor(file, "/metrics/" + name, at::tensor(values, at::kDouble), path_);
+    }
+    if (!m.client_ids.empty()) {
+      write_tensor(file, "/clients/id", at::stack(m.client_ids), path_);
+      for (const auto& [name, rows] : m.client_values) write_tensor(file, "/clients/" + name, at::stack(rows), path_);
+    }
+    for (int64_t r : m.checkpoints) {
+      // Relative to the log's own directory, so the log and its checkpoints can move together.
+      const std::string target =
+          fs::path(checkpoint_file(path_, r)).lexically_relative(fs::path(path_).parent_path().empty() ? "." : fs::path(path_).parent_path()).string();
+      checked(H5Lcreate_external(target.c_str(), "/", file, fmt::format("/checkpoints/{}", r).c_str(),
+                                 intermediate_groups().get(), H5P_DEFAULT),
+              path_, "link the checkpoint of round " + std::to_string(r));
+    }
+  });
+}
 
 void RunLog::append(int64_t round, const Metrics& metrics) {
-  const hsize_t row = impl_->rounds->rows();
+  Impl& m = *impl_;
   const double nan = std::numeric_limits<double>::quiet_NaN();
   for (const auto& [name, value] : metrics) {
     FAX_CHECK(name != "round", "{}: 'round' is reserved in /metrics", path_);
-    auto it = std::find_if(impl_->metrics.begin(), impl_->metrics.end(), [&](const auto& m) { return m.first == name; });
-    if (it == impl_->metrics.end()) {
-      // A metric that first appears now: earlier rows are NaN.
-      auto series = std::make_unique<Series>(impl_->file.get(), "/metrics/" + name, H5T_NATIVE_DOUBLE, 0, path_);
-      for (hsize_t r = 0; r < row; ++r) series->append(&nan);
-      impl_->metrics.emplace_back(name, std::move(series));
-    }
+    auto it = std::find_if(m.metrics.begin(), m.metrics.end(), [&](const auto& e) { return e.first == name; });
+    // A metric that first appears now: earlier rows are NaN.
+    if (it == m.metrics.end()) m.metrics.emplace_back(name, std::vector<double>(m.rounds.size(), nan));
   }
-  impl_->rounds->append(&round);
-  for (auto& [name, series] : impl_->metrics) {
-    auto it = std::find_if(metrics.begin(), metrics.end(), [&](const auto& m) { return m.first == name; });
-    const double value = it == metrics.end() ? nan : it->second;
-    series->append(&value);
+  m.rounds.push_back(round);
+  for (auto& [name, values] : m.metrics) {
+    auto it = std::find_if(metrics.begin(), metrics.end(), [&](const auto& e) { return e.first == name; });
+    values.push_back(it == metrics.end() ? nan : it->second);
   }
-  H5Fflush(impl_->file.get(), H5F_SCOPE_GLOBAL);
+  commit();
 }
 
 void RunLog::append_clients(const at::Tensor& ids, const std::vector<std::pair<std::string, at::Tensor>>& values) {
+  Impl& m = *impl_;
   const at::Tensor id_row = ids.to(at::kLong).contiguous();
   const int64_t width = id_row.numel();
-  // Everything is checked before anything is written, so a refused row leaves no partial row.
+  FAX_CHECK(m.client_ids.empty() || m.client_ids.front().numel() == width,
+            "{}: a cohort of {} after cohorts of {}: per-client rows need a fixed cohort size", path_, width,
+            m.client_ids.empty() ? 0 : m.client_ids.front().numel());
+  // Everything is checked before anything is kept, so a refused row leaves no partial row.
   std::vector<at::Tensor> rows;
   for (const auto& [name, v] : values) {
     rows.push_back(v.detach().to(at::kDouble).contiguous());
     FAX_CHECK(rows.back().numel() == width, "{}: per-client metric '{}' has {} values for a cohort of {}", path_, name,
               rows.back().numel(), width);
   }
-  if (!impl_->client_ids) {
-    impl_->client_ids = std::make_unique<Series>(impl_->file.get(), "/clients/id", H5T_NATIVE_INT64, width, path_);
-  }
-  impl_->client_ids->append(id_row.data_ptr<int64_t>());
+  const size_t previous = m.client_ids.size();
+  m.client_ids.push_back(id_row);
   for (size_t i = 0; i < values.size(); ++i) {
-    const std::string& name = values[i].first;
-    auto it = std::find_if(impl_->client_values.begin(), impl_->client_values.end(),
-                           [&](const auto& m) { return m.first == name; });
-    if (it == impl_->client_values.end()) {
-      impl_->client_values.emplace_back(
-          name, std::make_unique<Series>(impl_->file.get(), "/clients/" + name, H5T_NATIVE_DOUBLE, width, path_));
-      it = std::prev(impl_->client_values.end());
+    auto it = std::find_if(m.client_values.begin(), m.client_values.end(),
+                           [&](const auto& e) { return e.first == values[i].first; });
+    if (it == m.client_values.end()) {
+      m.client_values.emplace_back(values[i].first,
+                                   std::vector<at::Tensor>(previous, at::full({width}, std::numeric_limits<double>::quiet_NaN(), at::kDouble)));
+      it = std::prev(m.client_values.end());
     }
-    it->second->append(rows[i].data_ptr<double>());
+    it->second.push_back(rows[i]);
   }
-  H5Fflush(impl_->file.get(), H5F_SCOPE_GLOBAL);
 }
 
 void RunLog::checkpoint(int64_t round, const TensorTree& state) {
-  const std::string group = fmt::format("/checkpoints/{}", round);
-  for (const auto& [name, tensor] : state) {
-    const at::Tensor t = tensor.detach().cpu().contiguous();
-    std::vector<hsize_t> dims(t.sizes().begin(), t.sizes().end());
-    Handle space(t.dim() == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(t.dim(), dims.data(), nullptr), H5Sclose);
-    const std::string ds_name = group + "/" + name;
-    const hid_t type = native_type(t.scalar_type(), path_);
-    Handle ds(checked(H5Dcreate2(impl_->file.get(), ds_name.c_str(), type, space.get(), intermediate_groups().get(),
-                                 H5P_DEFAULT, H5P_DEFAULT),
-                      path_, "create " + ds_name),
-              H5Dclose);
-    checked(H5Dwrite(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()), path_, "write " + ds_name);
+  std::error_code ec;
+  fs::create_directories(checkpoint_dir(path_), ec);
+  FAX_CHECK(!ec, "{}: cannot create {}: {}", path_, checkpoint_dir(path_), ec.message());
+  const std::string file = checkpoint_file(path_, round);
+  write_atomically(file, [&](hid_t f) {
+    for (const auto& [name, tensor] : state) write_tensor(f, "/" + name, tensor, file);
+    // HDF5 lists members by name; the tree's order is kept in an attribute.
+    Handle root(checked(H5Gopen2(f, "/", H5P_DEFAULT), file, "open /"), H5Gclose);
+    write_string_attribute(root.get(), "leaves", fmt::format("{}", fmt::join(state.names(), "\n")), file);
+  });
+  if (std::find(impl_->checkpoints.begin(), impl_->checkpoints.end(), round) == impl_->checkpoints.end()) {
+    impl_->checkpoints.push_back(round);
   }
-  // HDF5 lists members by name; the tree's order is kept in an attribute.
-  Handle g(checked(H5Gopen2(impl_->file.get(), group.c_str(), H5P_DEFAULT), path_, "open " + group), H5Gclose);
-  write_string_attribute(g.get(), "leaves", fmt::format("{}", fmt::join(state.names(), "\n")), path_);
-  H5Fflush(impl_->file.get(), H5F_SCOPE_GLOBAL);
 }
 
 RunLogReader::RunLogReader(const std::string& path) : file_(path) {

@@ -57,6 +57,7 @@ TEST_F(RunLogTest, PerClientRows) {
   log.append_clients(ids({4, 9, 2}), {{"loss", at::tensor({0.5f, 0.25f, 1.0f})}});
   log.append_clients(ids({1, 3, 8}), {{"loss", at::tensor({0.1f, 0.2f, 0.3f})}});
   EXPECT_THROW(log.append_clients(ids({1, 2, 3}), {{"loss", at::zeros({2})}}), Error);
+  log.commit();
   const RunLogReader reader(path);
   EXPECT_TRUE(at::equal(reader.dataset("/clients/id"), ids({4, 9, 2, 1, 3, 8}).view({2, 3})));
   EXPECT_TRUE(at::allclose(reader.dataset("/clients/loss"), at::tensor({0.5, 0.25, 1.0, 0.1, 0.2, 0.3}, at::kDouble).view({2, 3})));

@@ -18,8 +18,8 @@ namespace fax {
 /// of the chosen data set, model and algorithm are added by whoever assembles the experiment.
 Schema experiment_schema();
 
-/// The mesh an experiment asks for, with the automatic values resolved: logical_shards 0 ->
-/// min(cohort.size, 4); executors 0 -> min(hardware threads / threads, logical shards).
+/// The mesh an experiment asks for, with executors 0 resolved to min(hardware threads / threads,
+/// logical shards).
 MeshOptions mesh_options(const Config& config);
 
 /// The clients of round `round`: `size` distinct clients drawn uniformly from the population by
@@ -41,17 +41,34 @@ struct RunResult {
   ServerState state;
   Metrics last;        ///< the last round's metrics
   double seconds = 0;
+  int64_t rounds_done = 0;  ///< rounds completed, counting those before a resume
+  bool stopped = false;     ///< stop() asked to end early (the state was checkpointed)
 };
+
+/// Where a resumed run picks up: the rounds already done and the state checkpointed after them.
+struct ResumePoint {
+  int64_t round = 0;
+  ServerState state;
+  TensorTree client_states;  ///< as ClientStates::stacked() wrote it
+};
+
+/// The checkpoint tree of a run: params/..., extra/..., client_states/... (what a resume needs).
+TensorTree checkpoint_tree(const ServerState& state, const ClientStates& clients);
+ResumePoint resume_point(int64_t round, const TensorTree& checkpoint);
 
 /// Runs an experiment: `rounds` rounds of `algorithm` on `data` with `model`, over the mesh the
 /// config asks for; evaluates on the test split every logging.eval_every rounds and after the last;
 /// logs every round to `log` (if given) and checkpoints every logging.checkpoint_every rounds and
-/// after the last.
+/// after the last. Every random draw is keyed by (seed, round, client), so a run resumed from a
+/// checkpoint continues with the same bits as one that never stopped.
 class Experiment {
  public:
   Experiment(const Config& config, Algorithm& algorithm, const Model& model, const FederatedDataset& data);
 
-  RunResult run(RunLog* log, const ProgressFn& progress);
+  /// `resume`: continue after its round from its state instead of starting at round 0. `stop` is
+  /// asked after every round; when it says yes the state is checkpointed and the run ends.
+  RunResult run(RunLog* log, const ProgressFn& progress, const ResumePoint* resume = nullptr,
+                const std::function<bool()>& stop = {});
 
   /// Mean cross-entropy and accuracy of `params` on the test split ("eval/loss", "eval/accuracy"),
   /// computed over the mesh.

@@ -26,23 +26,37 @@ using StringPairs = std::vector<std::pair<std::string, std::string>>;
 ///   /clients/id                  int64 [rounds, cohort]: the cohort's client ids (logging.per_client)
 ///   /clients/<name>              float64 [rounds, cohort]
 ///   /checkpoints/<round>/<leaf>  the state after that round, one dataset per tensor (params/w, ...)
-/// Every append is flushed, so a killed run leaves a readable file.
+/// Crash safety: the log is held in memory and the file is rewritten after every append, into a
+/// temporary file renamed over the old one, so a run killed at any moment leaves the previous or
+/// the new complete file. Checkpoints are separate files, written the same way, in
+/// "<path>.checkpoints/"; /checkpoints/<round> is an HDF5 external link to one of them, which
+/// h5py and fax::h5::File follow transparently.
 class RunLog {
  public:
+  /// Starts a new run log at `path`, replacing any file there.
   RunLog(const std::string& path, const std::string& config_yaml, const StringPairs& env);
+  /// Continues the run log at `path` after round `after_round`: later rows and checkpoints (a run
+  /// killed after its last checkpoint) are dropped, as are checkpoint files nothing links to.
+  static RunLog resume(const std::string& path, int64_t after_round);
   ~RunLog();
-  RunLog(const RunLog&) = delete;
-  RunLog& operator=(const RunLog&) = delete;
+  RunLog(RunLog&&) noexcept;
+  RunLog& operator=(RunLog&&) noexcept;
 
   const std::string& path() const { return path_; }
-  /// Adds one row to every metric (NaN for the ones missing from `metrics`) and flushes.
+  /// Adds one row to every metric (NaN for the ones missing from `metrics`) and commits.
   void append(int64_t round, const Metrics& metrics);
-  /// Adds one row of per-client values: ids [cohort] int64, values name -> [cohort].
+  /// Adds one row of per-client values: ids [cohort] int64, values name -> [cohort] (committed
+  /// with the next append or commit).
   void append_clients(const at::Tensor& ids, const std::vector<std::pair<std::string, at::Tensor>>& values);
-  /// Writes /checkpoints/<round>/ with one dataset per leaf and flushes.
+  /// Writes the state after `round` as a checkpoint file now; the log links it from the next
+  /// append or commit, so a round's metrics and its checkpoint appear in the log together.
   void checkpoint(int64_t round, const TensorTree& state);
+  /// Rewrites the file with everything added so far.
+  void commit() const;
 
  private:
+  RunLog() = default;
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::string path_;
@@ -63,6 +77,8 @@ class RunLogReader {
   at::Tensor dataset(const std::string& name) const;
   std::vector<int64_t> checkpoint_rounds() const;
   TensorTree checkpoint(int64_t round) const;
+  bool has(const std::string& name) const { return file_.exists(name); }
+  std::vector<std::string> datasets_below(const std::string& group) const { return file_.datasets_below(group); }
 
  private:
   h5::File file_;
