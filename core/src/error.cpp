@@ -1,5 +1,19 @@
 #include <fax/error.h>
 
+#include <cstdio>
+#include <mutex>
+
+namespace fax {
+
+void warn(const std::string& message) {
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::fprintf(stderr, "fax: warning: %s\n", message.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace fax
+
 namespace fax::detail {
 
 void throw_internal(const char* file, int line, const char* condition, const std::string& message) {

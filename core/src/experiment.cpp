@@ -43,6 +43,9 @@ Schema experiment_schema() {
                 "logical shards of the cohort (at most cohort.size); results depend on this, never on executors", 1));
   s.add(int_key("execution.threads", "1", "LibTorch intra-op threads per executor (part of the reproducibility key)", 1));
   s.add(int_key("execution.vectorize", "0", "clients per batched map_clients chunk; 0: a whole logical shard", 0));
+  s.add(string_key("execution.nonfinite", "stop",
+                   "a client update with NaN or Inf: stop the run naming round and client, or drop the client",
+                   {"stop", "drop"}));
   s.add(int_key("logging.eval_every", "10", "evaluate on the test split every K rounds (and after the last); 0: last only", 0));
   s.add(int_key("logging.progress_every", "10", "when stdout is not a terminal, print a progress line every K rounds", 1));
   s.add(bool_key("logging.per_client", "false", "log per-client metrics (round x cohort) under /clients"));
@@ -83,7 +86,12 @@ Cohort sample_cohort(const FederatedDataset& data, int64_t size, uint64_t seed, 
 }
 
 Experiment::Experiment(const Config& config, Algorithm& algorithm, const Model& model, const FederatedDataset& data)
-    : config_(config), algorithm_(algorithm), model_(model), data_(data), mesh_(mesh_options(config)) {}
+    : config_(config), algorithm_(algorithm), model_(model), data_(data), mesh_(mesh_options(config)) {
+  // Checked before any round (and before a run log is written).
+  FAX_CHECK(config.get_int("cohort.size") <= data.num_clients(),
+            "{}: cohort.size ({}) is larger than the population of {}", config.origin("cohort.size").str(),
+            config.get_int("cohort.size"), data.describe());
+}
 
 StringPairs Experiment::environment() const {
   const MeshOptions& o = mesh_.options();
@@ -147,6 +155,7 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
   const int64_t eval_every = config_.get_int("logging.eval_every");
   const int64_t checkpoint_every = config_.get_int("logging.checkpoint_every");
   const bool per_client = config_.get_bool("logging.per_client");
+  const NonFinite nonfinite = config_.get_string("execution.nonfinite") == "drop" ? NonFinite::drop : NonFinite::stop;
 
   RunResult result;
   // init reads the algorithm's settings even when the state then comes from a checkpoint.
@@ -164,7 +173,7 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
     const TensorTree packed = mesh_.run(cohort, [&](Program& p) {
       // Each executor works on its own copy: the algorithm's updates never touch shared tensors.
       ServerState state{clone(result.state.params), clone(result.state.extra)};
-      RoundContext ctx{p, model_, data_, r, client_states_};
+      RoundContext ctx{p, model_, data_, r, client_states_, nonfinite};
       RoundMetrics metrics = algorithm_.round(state, ctx);
       // Everything the coordinator needs travels as one server value.
       TensorTree out = join({prefixed(state.params, "params/"), prefixed(state.extra, "extra/"),

@@ -4,9 +4,16 @@
 
 namespace fax {
 
-InMemoryDataset::InMemoryDataset(std::vector<Examples> clients, Examples test, int64_t num_classes, std::string name)
-    : clients_(std::move(clients)), test_(std::move(test)), num_classes_(num_classes), name_(std::move(name)) {
+InMemoryDataset::InMemoryDataset(std::vector<Examples> clients, Examples test, int64_t num_classes, std::string name,
+                                 std::vector<std::string> client_names)
+    : clients_(std::move(clients)),
+      test_(std::move(test)),
+      num_classes_(num_classes),
+      name_(std::move(name)),
+      client_names_(std::move(client_names)) {
   FAX_CHECK(!clients_.empty(), "{}: a data set needs at least one client", name_);
+  FAX_ASSERT(client_names_.empty() || client_names_.size() == clients_.size(), "{} names for {} clients",
+             client_names_.size(), clients_.size());
   for (size_t i = 0; i < clients_.size(); ++i) {
     const Examples& c = clients_[i];
     FAX_CHECK(c.x.defined() && c.y.defined() && c.x.size(0) == c.y.size(0),
@@ -26,6 +33,10 @@ Examples InMemoryDataset::client(int64_t client) const {
   FAX_CHECK(client >= 0 && client < num_clients(), "{}: client {} is not in the population (0..{})", name_, client,
             num_clients() - 1);
   return clients_[client];
+}
+
+std::string InMemoryDataset::client_name(int64_t client) const {
+  return client_names_.empty() ? "" : client_names_.at(client);
 }
 
 std::vector<int64_t> InMemoryDataset::input_shape() const {

@@ -40,6 +40,7 @@ std::unique_ptr<FederatedDataset> load_tff_hdf5(const TffHdf5Options& o) {
   FAX_CHECK(!o.path.empty(), "data.path: the TFF HDF5 file to read is not set");
   auto train = read_file(o.path, o);
   std::vector<Examples> clients;
+  std::vector<std::string> names;
   std::vector<at::Tensor> test_x, test_y;
   if (!o.test_path.empty()) {
     for (auto& [id, examples] : read_file(o.test_path, o)) {
@@ -56,6 +57,7 @@ std::unique_ptr<FederatedDataset> load_tff_hdf5(const TffHdf5Options& o) {
       examples = {examples.x.narrow(0, 0, n - held), examples.y.narrow(0, 0, n - held)};
     }
     clients.push_back(examples);
+    names.push_back(id);
   }
   Examples test{at::cat(test_x), at::cat(test_y)};
   int64_t classes = o.classes;
@@ -65,7 +67,7 @@ std::unique_ptr<FederatedDataset> load_tff_hdf5(const TffHdf5Options& o) {
     classes = largest + 1;
   }
   return std::make_unique<InMemoryDataset>(std::move(clients), std::move(test), classes,
-                                           fmt::format("tff_hdf5({}, x={}, y={})", o.path, o.x, o.y));
+                                           fmt::format("tff_hdf5({}, x={}, y={})", o.path, o.x, o.y), std::move(names));
 }
 
 }  // namespace fax

@@ -77,9 +77,9 @@ class DpFedAvg final : public fax::Algorithm {
     });
     state.params = fax::axpy(-server_lr_ / n, noised, state.params);
 
-    const at::Tensor unclipped = fax::sum(fax::map_clients([clip](const at::Tensor& norm) {
-      return norm.le(clip).to(at::kDouble);
-    }, norms)).value();
+    const at::Tensor unclipped = fax::sum(fax::map_clients([clip](const at::Tensor& norm, const at::Tensor& kept) {
+      return norm.le(clip).to(at::kDouble) * kept.to(at::kDouble);
+    }, norms, local.kept)).value();
     const double fraction = (unclipped.item<double>() + count_noise_ * at::randn({1}, g, at::kDouble).item<double>()) / n;
     const double next_clip = adaptive_ ? clip * std::exp(-clip_lr_ * (fraction - target_)) : clip;
     state.extra = fax::TensorTree{{"clip_norm", at::scalar_tensor(next_clip, at::kDouble)}};
@@ -88,7 +88,7 @@ class DpFedAvg final : public fax::Algorithm {
     const double epsilon = effective_noise_ > 0 ? fax::sgm_epsilon(q, effective_noise_, ctx.round + 1, delta_).epsilon
                                                 : std::numeric_limits<double>::infinity();
     fax::RoundMetrics metrics;
-    metrics.server.set("train/loss", fax::weighted_mean(local.losses, ctx.example_counts()).value());
+    metrics.server.set("train/loss", fax::weighted_mean(local.losses, local.weights).value());
     metrics.server.set("privacy/epsilon", at::scalar_tensor(epsilon, at::kDouble));
     metrics.server.set("dp/clip_norm", at::scalar_tensor(clip, at::kDouble));
     metrics.server.set("dp/unclipped_fraction", at::scalar_tensor(fraction, at::kDouble));

@@ -177,6 +177,57 @@ with h5py.File(sys.argv[1]) as f:
     assert c["extra/control/l0.w"].shape == (784, 200)
 PY
     ;;
+  cohort_too_large)
+    printf 'cohort:\n  size: 1000\n' | write big.yaml
+    run_expect 2 "big\.yaml:2:9: cohort.size \(1000\) is larger than the population of synthetic" -- \
+      "$FAX_RUN" run "$WORK/big.yaml" -o "$WORK/big.h5"
+    [[ ! -e $WORK/big.h5 ]] || fail "a refused experiment left a run log"
+    ;;
+  zero_logical_shards)
+    run_expect 2 "execution\.logical_shards: 0 is out of range \(must be >= 1\)" -- \
+      "$FAX_RUN" run "$experiment" --set execution.logical_shards=0
+    ;;
+  truncated_hdf5)
+    "$PYTHON" - "$WORK/whole.h5" <<'PY'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "w") as f:
+    for c in range(3):
+        f.create_dataset(f"examples/c{c}/pixels", data=np.random.rand(400, 28, 28).astype(np.float32))
+        f.create_dataset(f"examples/c{c}/label", data=np.zeros(400, dtype=np.int32))
+PY
+    head -c 200000 "$WORK/whole.h5" > "$WORK/cut.h5"
+    printf 'cohort:\n  size: 3\ndata:\n  name: tff_hdf5\n  path: %s\nexecution:\n  logical_shards: 1\n' "$WORK/cut.h5" | write cut.yaml
+    run_expect 2 "cut\.h5: " -- "$FAX_RUN" run "$WORK/cut.yaml"
+    ;;
+  nonfinite)
+    # Client f0001 holds a NaN pixel: its update is NaN from the first step.
+    "$PYTHON" - "$WORK/nan.h5" <<'PY'
+import sys, h5py, numpy as np
+rng = np.random.default_rng(0)
+with h5py.File(sys.argv[1], "w") as f:
+    for c in range(3):
+        x = rng.random((8, 28, 28), dtype=np.float32)
+        if c == 1:
+            x[3, 5, 5] = np.nan
+        f.create_dataset(f"examples/f000{c}/pixels", data=x)
+        f.create_dataset(f"examples/f000{c}/label", data=rng.integers(0, 10, 8).astype(np.int32))
+PY
+    printf 'rounds: 2\ncohort:\n  size: 3\ndata:\n  name: tff_hdf5\n  path: %s\nexecution:\n  logical_shards: 1\nalgorithm:\n  client_lr: 0.05\n' \
+      "$WORK/nan.h5" | write nan.yaml
+    run_expect 2 "^fax-run: round 1: the update of client 1 \(f0001\) is not finite \(NaN or Inf\); set execution.nonfinite=drop" -- \
+      "$FAX_RUN" run "$WORK/nan.yaml" -o "$WORK/nan_stop.h5"
+    "$FAX_RUN" run "$WORK/nan.yaml" -q -o "$WORK/nan_drop.h5" --set execution.nonfinite=drop 2> "$WORK/warnings" \
+      || fail "drop did not finish: $(cat "$WORK/warnings")"
+    [[ $(grep -c "warning: round [12]: dropped client 1 (f0001): its update is not finite" "$WORK/warnings") -eq 2 ]] \
+      || fail "expected one warning per round: $(cat "$WORK/warnings")"
+    "$PYTHON" - "$WORK/nan_drop.h5" <<'PY' || fail "dropped clients are not reported or the model is not finite"
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1]) as f:
+    assert list(f["metrics/train/dropped_clients"][()]) == [1, 1]
+    assert np.all(np.isfinite(f["metrics/train/loss"][()]))
+    assert np.all(np.isfinite(f["checkpoints/2/params/w"][()]))
+PY
+    ;;
   missing_data)
     run_expect 2 "/nonexistent/fmnist: no such directory \(data.path" -- \
       "$FAX_RUN" run "$FAX_SOURCE_DIR/experiments/fmnist_fedavg.yaml" --set data.path=/nonexistent/fmnist

@@ -20,6 +20,10 @@ struct ServerState {
   TensorTree extra;   ///< anything else: optimizer moments, learned rates, ...
 };
 
+/// What to do with a client whose update is not finite (NaN or Inf): stop the run naming the round
+/// and client, or drop the client from the round with a warning.
+enum class NonFinite { stop, drop };
+
 /// What a round sees on one executor.
 struct RoundContext {
   Program& program;                ///< this executor's clients, shards and random streams
@@ -28,6 +32,7 @@ struct RoundContext {
   int64_t round;
   /// State kept per client across rounds (read and write only this executor's clients).
   ClientStates& client_states;
+  NonFinite nonfinite = NonFinite::stop;
   /// The cohort weights of this executor's clients: their training example counts.
   Clients<at::Tensor> example_counts() const { return program.weights(); }
 };

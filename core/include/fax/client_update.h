@@ -31,6 +31,10 @@ struct ClientUpdates {
   Clients<TensorTree> deltas;  ///< start - trained, one row per client
   Clients<at::Tensor> losses;  ///< mean training loss over the examples each client saw
   Clients<TensorTree> extras;  ///< what ClientTraining::after returned (empty without it)
+  /// Example counts, 0 for a client dropped for a non-finite update (whose delta and loss are 0).
+  Clients<at::Tensor> weights;
+  /// 1 for a client that took part, 0 for a dropped one.
+  Clients<at::Tensor> kept;
 };
 
 /// The settings of the client half, shared by FedAvg-style plugins (relative to "algorithm."):
@@ -43,7 +47,9 @@ ClientTraining client_training(const Config& config);
 /// differentiable in params, so its weighted mean is the federated loss whose gradient is FedSGD's.
 Clients<at::Tensor> full_batch_losses(const RoundContext& ctx, const Clients<TensorTree>& params);
 
-/// Local SGD for this executor's clients from `start` (clients-placed), in batched chunks.
+/// Local SGD for this executor's clients from `start` (clients-placed), in batched chunks. A client
+/// whose update is not finite stops the run with fax::Error naming the round and client, or with
+/// RoundContext::nonfinite = drop is dropped (weight 0) with a warning.
 ClientUpdates train_clients(const RoundContext& ctx, const Clients<TensorTree>& start, const ClientTraining& training);
 
 /// A FedAvg-style round's client half: the clients' updates and their example-weighted mean.
@@ -52,11 +58,13 @@ struct RoundUpdate {
   TensorTree mean;  ///< sum(n_i delta_i) / sum(n_i): the server's pseudo-gradient
 };
 
-/// broadcast(params) -> train_clients -> weighted_mean of the deltas by example count.
+/// broadcast(params) -> train_clients -> weighted_mean of the deltas by example count (dropped
+/// clients weigh nothing; a round whose every client was dropped is an error).
 RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params, const ClientTraining& training);
 
 /// The metrics FedAvg-style plugins report: train/loss (example-weighted mean of the clients'
-/// training losses), train/update_norm (|mean update|) and the per-client train_loss.
+/// training losses), train/update_norm (|mean update|), train/dropped_clients and the per-client
+/// train_loss.
 RoundMetrics round_metrics(const RoundContext& ctx, const RoundUpdate& update);
 
 }  // namespace fax

@@ -8,6 +8,10 @@
 
 namespace fax {
 
+class FederatedDataset;
+/// "client 7", or "client 7 (f0007_12)" when the data set names its clients: for messages.
+std::string describe_client(const FederatedDataset& data, int64_t client);
+
 /// Examples of one client (or of a test split): inputs with a leading example axis and labels.
 struct Examples {
   at::Tensor x;  ///< [n, ...features]
@@ -28,6 +32,8 @@ class FederatedDataset {
   virtual int64_t num_clients() const = 0;
   virtual int64_t num_examples(int64_t client) const = 0;
   virtual Examples client(int64_t client) const = 0;
+  /// The name the source gives the client (a TFF client id, a file name), or "" when it has none.
+  virtual std::string client_name(int64_t) const { return ""; }
   virtual const Examples& test() const = 0;
   /// Shape of one input (without the example axis) and number of classes.
   virtual std::vector<int64_t> input_shape() const = 0;

@@ -20,6 +20,9 @@ class InternalError : public std::logic_error {
   using std::logic_error::logic_error;
 };
 
+/// Prints "fax: warning: <message>" as one line on stderr; safe to call from executor threads.
+void warn(const std::string& message);
+
 namespace detail {
 [[noreturn]] void throw_internal(const char* file, int line, const char* condition,
                                  const std::string& message);

@@ -77,6 +77,7 @@ class TextDataset final : public FederatedDataset {
   int64_t num_clients() const override { return static_cast<int64_t>(train_.size()); }
   int64_t num_examples(int64_t client) const override;
   Examples client(int64_t client) const override;
+  std::string client_name(int64_t client) const override { return names_.at(client); }
   const Examples& test() const override { return test_; }
   std::vector<int64_t> input_shape() const override { return {options_.sequence_length}; }
   int64_t num_classes() const override { return vocab_size_; }
