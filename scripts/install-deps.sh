@@ -8,7 +8,8 @@ packages=(
   libtorch-dev libopenblas0-openmp
   libtensorpipe-dev libyaml-cpp-dev libfmt-dev libcli11-dev
   libhdf5-dev libgtest-dev zlib1g-dev
-  dataset-fashion-mnist python3-h5py
+  dataset-fashion-mnist python3-h5py bc
+  clang libclang-rt-14-dev
 )
 
 missing=()

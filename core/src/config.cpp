@@ -28,7 +28,9 @@ struct FlatSetting {
 void flatten(const YAML::Node& node, const std::string& prefix, const std::string& source,
              std::vector<FlatSetting>& out) {
   for (const auto& item : node) {
-    const std::string key = item.first.as<std::string>();
+    FAX_CHECK(item.first.IsScalar(), "{}: a key must be a plain name, not a list or a mapping",
+              origin_of(source, item.first.Mark()).str());
+    const std::string key = item.first.Scalar();
     const std::string name = prefix.empty() ? key : prefix + "." + key;
     const ConfigOrigin where = origin_of(source, item.first.Mark());
     for (const auto& seen : out) {
@@ -227,7 +229,7 @@ Config Config::from_yaml(const std::string& text, const std::string& source) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
-  } catch (const YAML::ParserException& e) {
+  } catch (const YAML::Exception& e) {
     throw Error(fmt::format("{}: YAML syntax error: {}", origin_of(source, e.mark).str(), e.msg));
   }
   Config config;
@@ -255,7 +257,7 @@ void Config::set(const std::string& assignment) {
   YAML::Node value;
   try {
     value = YAML::Load(assignment.substr(eq + 1));
-  } catch (const YAML::ParserException& e) {
+  } catch (const YAML::Exception& e) {
     throw Error(fmt::format("{}: YAML syntax error in the value: {}", where.str(), e.msg));
   }
   FAX_CHECK(value.IsScalar(), "{}: the value must be a single scalar", where.str());

@@ -69,6 +69,8 @@ TEST(Config, RejectsMalformedDocuments) {
   EXPECT_EQ(test::error_of([] { Config::from_yaml("rounds: [1, 2]\n", "e.yaml"); }),
             "e.yaml:1:1: key 'rounds' holds a list; it takes a single value");
   EXPECT_EQ(test::error_of([] { Config::from_yaml("rounds:\n", "e.yaml"); }), "e.yaml:1:1: key 'rounds' has no value");
+  EXPECT_EQ(test::error_of([] { Config::from_yaml("[a, b]: 1\n", "e.yaml"); }),
+            "e.yaml:1:1: a key must be a plain name, not a list or a mapping");
   EXPECT_EQ(test::error_of([] { Config::from_yaml("- 1\n- 2\n", "e.yaml"); }),
             "e.yaml:1:1: an experiment is a YAML mapping of keys to values");
   const std::string syntax = test::error_of([] { Config::from_yaml("a: [1,\nb: 2\n", "e.yaml"); });

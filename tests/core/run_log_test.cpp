@@ -30,8 +30,8 @@ TEST_F(RunLogTest, MetricsEnvConfigAndCheckpointsRoundTrip) {
     RunLog log(path, "rounds: 3\n", {{"zeta", "last-alphabetically"}, {"alpha", "1"}});
     log.append(1, {{"train/loss", 2.0}});
     log.append(2, {{"train/loss", 1.5}, {"eval/accuracy", 0.5}});
-    log.append(3, {{"train/loss", 1.0}});
     log.checkpoint(3, state);
+    log.append(3, {{"train/loss", 1.0}});  // commits the round with its checkpoint
   }
   const RunLogReader reader(path);
   EXPECT_EQ(reader.config(), "rounds: 3\n");
