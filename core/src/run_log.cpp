@@ -173,16 +173,17 @@ void RunLog::commit() const {
 void RunLog::append(int64_t round, const Metrics& metrics) {
   Impl& m = *impl_;
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  for (const auto& [name, value] : metrics) {
+  for (const auto& metric : metrics) {
+    const std::string& name = metric.first;
     FAX_CHECK(name != "round", "{}: 'round' is reserved in /metrics", path_);
     auto it = std::find_if(m.metrics.begin(), m.metrics.end(), [&](const auto& e) { return e.first == name; });
     // A metric that first appears now: earlier rows are NaN.
     if (it == m.metrics.end()) m.metrics.emplace_back(name, std::vector<double>(m.rounds.size(), nan));
   }
   m.rounds.push_back(round);
-  for (auto& [name, values] : m.metrics) {
-    auto it = std::find_if(metrics.begin(), metrics.end(), [&](const auto& e) { return e.first == name; });
-    values.push_back(it == metrics.end() ? nan : it->second);
+  for (auto& series : m.metrics) {
+    auto it = std::find_if(metrics.begin(), metrics.end(), [&](const auto& e) { return e.first == series.first; });
+    series.second.push_back(it == metrics.end() ? nan : it->second);
   }
   commit();
 }

@@ -2,8 +2,10 @@
 
 #include <zlib.h>
 
+#include <cstring>
 #include <filesystem>
 #include <memory>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -11,6 +13,9 @@
 
 namespace fax {
 namespace {
+
+constexpr int64_t kMaxElements = int64_t{1} << 34;
+constexpr int64_t kReadChunk = int64_t{1} << 24;
 
 struct GzCloser {
   void operator()(gzFile f) const { gzclose(f); }
@@ -54,14 +59,24 @@ at::Tensor read_idx(const std::string& path) {
     unsigned char be[4];
     FAX_CHECK(read_some(f.get(), be, 4, path) == 4, "{}: truncated IDX header", path);
     const int64_t size = (int64_t{be[0]} << 24) | (int64_t{be[1]} << 16) | (int64_t{be[2]} << 8) | be[3];
-    FAX_CHECK(size > 0 && size < (int64_t{1} << 31), "{}: IDX dimension {} has size {}", path, d, size);
+    FAX_CHECK(size > 0 && size <= kMaxElements / total, "{}: IDX dimension {} has size {}: more than {} elements", path,
+              d, size, kMaxElements);
     shape.push_back(size);
     total *= size;
   }
-  FAX_CHECK(total <= (int64_t{1} << 34), "{}: IDX header claims {} elements", path, total);
-  at::Tensor out = at::empty(shape, at::kByte);
-  const int64_t got = read_some(f.get(), out.data_ptr(), total, path);
+  // Read before allocating the whole tensor: a header can promise more than the file holds.
+  std::vector<unsigned char> bytes;
+  int64_t got = 0;
+  while (got < total) {
+    bytes.resize(static_cast<size_t>(std::min(total, got + kReadChunk)));
+    const int64_t want = static_cast<int64_t>(bytes.size()) - got;
+    const int64_t arrived = read_some(f.get(), bytes.data() + got, want, path);
+    got += arrived;
+    if (arrived < want) break;
+  }
   FAX_CHECK(got == total, "{}: truncated: the header promises {} bytes of data, the file holds {}", path, total, got);
+  at::Tensor out = at::empty(shape, at::kByte);
+  std::memcpy(out.data_ptr(), bytes.data(), static_cast<size_t>(total));
   return out;
 }
 
