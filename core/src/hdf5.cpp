@@ -1,5 +1,7 @@
 #include <fax/hdf5.h>
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 
 #include "hdf5_util.h"
@@ -11,17 +13,44 @@ namespace detail {
 std::string read_vlen_string(hid_t object, bool attribute, const std::string& path) {
   Handle type = utf8_string_type();
   char* text = nullptr;
-  if (attribute) {
-    checked(H5Aread(object, type.get(), &text), path, "read a string attribute");
-  } else {
-    checked(H5Dread(object, type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &text), path, "read a string");
-  }
+  const herr_t status = attribute ? H5Aread(object, type.get(), &text)
+                                  : H5Dread(object, type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &text);
   std::string out = text != nullptr ? text : "";
   H5free_memory(text);
+  checked(status, path, attribute ? "read a string attribute" : "read a string");
   return out;
 }
 
 }  // namespace detail
+
+namespace {
+
+// Deflate expands at most ~1032:1; a dataset that claims more than that of its stored bytes is corrupt.
+constexpr uint64_t kMaxExpansion = 1100;
+constexpr uint64_t kMaxBytes = uint64_t{1} << 40;
+
+// The dataset's shape, once checked against what the file really stores: a corrupt header must fail
+// with an error, not allocate terabytes.
+std::vector<int64_t> checked_shape(hid_t ds, hid_t space, size_t stored_element_bytes, const std::string& where) {
+  const int rank = H5Sget_simple_extent_ndims(space);
+  FAX_CHECK(rank >= 0, "{}: unreadable dataspace", where);
+  std::vector<hsize_t> dims(rank);
+  H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  uint64_t bytes = std::max<uint64_t>(stored_element_bytes, 1);
+  for (const hsize_t d : dims) {
+    FAX_CHECK(d == 0 || bytes <= kMaxBytes / d, "{}: corrupt: the shape claims more than {} bytes", where, kMaxBytes);
+    bytes *= d;
+  }
+  const uint64_t stored = H5Dget_storage_size(ds);
+  Handle dcpl(H5Dget_create_plist(ds), H5Pclose);
+  const bool filtered = dcpl.get() >= 0 && H5Pget_layout(dcpl.get()) == H5D_CHUNKED && H5Pget_nfilters(dcpl.get()) > 0;
+  const uint64_t limit = filtered ? stored * kMaxExpansion : stored;
+  const bool empty = std::find(dims.begin(), dims.end(), hsize_t{0}) != dims.end();
+  FAX_CHECK(empty || bytes <= limit, "{}: corrupt: the shape claims {} bytes, the file stores {}", where, bytes, stored);
+  return {dims.begin(), dims.end()};
+}
+
+}  // namespace
 
 struct File::Impl {
   Handle file;
@@ -81,11 +110,9 @@ at::Tensor File::read(const std::string& name) const {
   Handle ds(checked(H5Dopen2(impl_->file.get(), name.c_str(), H5P_DEFAULT), path_, "open " + name), H5Dclose);
   Handle space(H5Dget_space(ds.get()), H5Sclose);
   Handle type(H5Dget_type(ds.get()), H5Tclose);
-  const int rank = H5Sget_simple_extent_ndims(space.get());
-  std::vector<hsize_t> dims(std::max(rank, 0));
-  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
   const at::ScalarType st = scalar_type_of(type.get(), path_ + ":" + name);
-  at::Tensor t = at::empty(std::vector<int64_t>(dims.begin(), dims.end()), at::TensorOptions().dtype(st));
+  const std::vector<int64_t> shape = checked_shape(ds.get(), space.get(), H5Tget_size(type.get()), path_ + ":" + name);
+  at::Tensor t = at::empty(shape, at::TensorOptions().dtype(st));
   if (t.numel() > 0) {
     checked(H5Dread(ds.get(), native_type(st, path_), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()), path_,
             "read " + name);
@@ -99,14 +126,19 @@ std::vector<std::string> File::read_strings(const std::string& name) const {
   Handle type(H5Dget_type(ds.get()), H5Tclose);
   FAX_CHECK(H5Tget_class(type.get()) == H5T_STRING, "{}: {} does not hold strings", path_, name);
   Handle space(H5Dget_space(ds.get()), H5Sclose);
+  checked_shape(ds.get(), space.get(), H5Tget_size(type.get()), path_ + ":" + name);
   const hssize_t n = H5Sget_simple_extent_npoints(space.get());
   std::vector<std::string> out;
   if (H5Tis_variable_str(type.get()) > 0) {
     Handle mem = utf8_string_type();
     std::vector<char*> raw(n, nullptr);
-    checked(H5Dread(ds.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()), path_, "read " + name);
-    for (char* r : raw) out.emplace_back(r != nullptr ? r : "");
+    // A read that fails halfway (a corrupt file) has already allocated some strings: reclaim before checking.
+    const herr_t status = H5Dread(ds.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data());
+    if (status >= 0) {
+      for (char* r : raw) out.emplace_back(r != nullptr ? r : "");
+    }
     H5Dvlen_reclaim(mem.get(), space.get(), H5P_DEFAULT, raw.data());
+    checked(status, path_, "read " + name);
   } else {
     const size_t width = H5Tget_size(type.get());
     std::vector<char> raw(width * n);

@@ -19,10 +19,22 @@ Examples read_client(const h5::File& file, const std::string& id, const TffHdf5O
   at::Tensor x = file.read(group + "/" + o.x).to(at::kFloat);
   const at::Tensor y = file.read(group + "/" + o.y);
   FAX_CHECK(!y.is_floating_point(), "{}: {}/{} holds floats; labels must be integers", file.path(), group, o.y);
-  FAX_CHECK(x.dim() >= 1 && y.dim() >= 1 && x.size(0) == y.size(0), "{}: client '{}' has {} inputs and {} labels",
+  FAX_CHECK(x.dim() >= 1 && y.dim() == 1 && x.size(0) == y.size(0) && x.size(0) > 0,
+            "{}: client '{}' has {} inputs and {} labels (want as many, at least one, labels one per example)",
             file.path(), id, x.dim() ? x.size(0) : 0, y.dim() ? y.size(0) : 0);
+  FAX_CHECK(y.min().item<int64_t>() >= 0, "{}: client '{}' has a negative label", file.path(), id);
   if (x.dim() == 3) x = x.unsqueeze(1);  // images without a channel axis
   return {x.contiguous(), y.to(at::kLong)};
+}
+
+// Clients are stacked into one model's batches: every input must have the first client's shape.
+void check_same_input_shape(const std::string& path, const std::vector<std::pair<std::string, Examples>>& clients,
+                            const std::vector<int64_t>& want) {
+  for (const auto& [id, examples] : clients) {
+    const auto got = examples.x.sizes().slice(1).vec();
+    FAX_CHECK(got == want, "{}: client '{}' has inputs of shape [{}], the first training client [{}]", path, id,
+              fmt::join(got, ", "), fmt::join(want, ", "));
+  }
 }
 
 std::vector<std::pair<std::string, Examples>> read_file(const std::string& path, const TffHdf5Options& o) {
@@ -39,11 +51,15 @@ std::vector<std::pair<std::string, Examples>> read_file(const std::string& path,
 std::unique_ptr<FederatedDataset> load_tff_hdf5(const TffHdf5Options& o) {
   FAX_CHECK(!o.path.empty(), "data.path: the TFF HDF5 file to read is not set");
   auto train = read_file(o.path, o);
+  const std::vector<int64_t> input_shape = train.front().second.x.sizes().slice(1).vec();
+  check_same_input_shape(o.path, train, input_shape);
   std::vector<Examples> clients;
   std::vector<std::string> names;
   std::vector<at::Tensor> test_x, test_y;
   if (!o.test_path.empty()) {
-    for (auto& [id, examples] : read_file(o.test_path, o)) {
+    const auto test_clients = read_file(o.test_path, o);
+    check_same_input_shape(o.test_path, test_clients, input_shape);
+    for (const auto& [id, examples] : test_clients) {
       test_x.push_back(examples.x);
       test_y.push_back(examples.y);
     }

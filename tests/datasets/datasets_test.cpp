@@ -75,6 +75,13 @@ TEST_F(DatasetsTest, IdxErrorsNameTheFileAndTheProblem) {
   std::ofstream(corrupt, std::ios::binary) << std::string("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03garbage-garbage", 25);
   const std::string message = test::error_of([&] { read_idx(corrupt); });
   EXPECT_EQ(message.rfind(corrupt + ": ", 0), 0u) << message;
+  // Found by fuzz_idx: dimensions whose product overflows int64, and a huge header over a tiny file.
+  const std::string overflow = write_idx("overflow", {0x7fffffff, 0x7fffffff, 0x7fffffff}, 4, false);
+  EXPECT_EQ(test::error_of([&] { read_idx(overflow); }),
+            overflow + ": IDX dimension 1 has size 2147483647: more than 17179869184 elements");
+  const std::string promise = write_idx("promise", {1u << 16, 1u << 16}, 4, false);
+  EXPECT_EQ(test::error_of([&] { read_idx(promise); }),
+            promise + ": truncated: the header promises 4294967296 bytes of data, the file holds 4");
 }
 
 TEST_F(DatasetsTest, PartitionsAreDeterministicCompleteAndSkewed) {
@@ -175,6 +182,13 @@ TEST_F(DatasetsTest, TffHdf5WrittenByH5pyReadsWithItsClients) {
   EXPECT_NE(message.find("client 'f0000_12' has no feature 'image' (members: label, pixels)"), std::string::npos) << message;
   o.path = (dir / "absent.h5").string();
   EXPECT_EQ(test::error_of([&] { load_tff_hdf5(o); }), o.path + ": missing, unreadable or not an HDF5 file");
+  o.path = tff("hollow.h5");
+  o.x = "pixels";
+  EXPECT_EQ(test::error_of([&] { load_tff_hdf5(o); }),
+            o.path + ":/examples/c0/pixels: corrupt: the shape claims 17179869184 bytes, the file stores 0");
+  o.path = tff("ragged.h5");
+  EXPECT_EQ(test::error_of([&] { load_tff_hdf5(o); }),
+            o.path + ": client 'b' has inputs of shape [1, 14, 14], the first training client [1, 28, 28]");
 }
 
 TEST_F(DatasetsTest, TextFromAFolderATabFileAndTffStrings) {

@@ -23,6 +23,18 @@ for name, scale in (("emnist_train.h5", 1), ("emnist_test.h5", 0)):
             g.create_dataset("pixels", data=rng.random((n, 28, 28), dtype=np.float32))
             g.create_dataset("label", data=rng.integers(0, 10, n, dtype=np.int32))
 
+# A header that promises 16 GiB of pixels the file does not store (what fuzz_tff_hdf5 found): the
+# reader must refuse it rather than allocate.
+with h5py.File(os.path.join(out, "hollow.h5"), "w") as f:
+    f.create_dataset("examples/c0/pixels", shape=(1 << 16, 1 << 16), dtype=np.float32)
+    f.create_dataset("examples/c0/label", data=np.zeros(4, dtype=np.int32))
+
+# Clients whose images differ in shape cannot share a model.
+with h5py.File(os.path.join(out, "ragged.h5"), "w") as f:
+    for client, side in (("a", 28), ("b", 14)):
+        f.create_dataset(f"examples/{client}/pixels", data=np.zeros((2, side, side), dtype=np.float32))
+        f.create_dataset(f"examples/{client}/label", data=np.zeros(2, dtype=np.int32))
+
 with h5py.File(os.path.join(out, "shakespeare.h5"), "w") as f:
     snippets = {
         "THE_TRAGEDY_OF_KING_LEAR_KENT": ["I think the king is but a man, as I am.", "Sir, I will."],
