@@ -15,10 +15,6 @@ FUZZ_TARGETS = config idx tff_hdf5
 SANITIZER_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp:print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-# The fuzzers also unwind malloc stacks slowly (leak suppressions for libhdf5 match on its frames),
-# and let an impossible malloc return null as glibc does: libhdf5 sizes buffers from corrupt headers
-# and handles the null; fax's own allocations go through LibTorch, which throws instead.
-FUZZ_ENV = $(subst strict_string_checks=1,strict_string_checks=1:fast_unwind_on_malloc=0:allocator_may_return_null=1,$(SANITIZER_ENV))
 
 .PHONY: all deps configure build demo test test-asan fuzz clean
 
@@ -55,7 +51,7 @@ fuzz: deps
 	@for t in $(FUZZ_TARGETS); do \
 		mkdir -p $(FUZZ_BUILD_DIR)/corpus/$$t && \
 		echo "fuzz: $$t for $(FUZZ_SECONDS) s" && \
-		$(FUZZ_ENV) $(FUZZ_BUILD_DIR)/bin/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+		$(SANITIZER_ENV) $(FUZZ_BUILD_DIR)/bin/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 			-artifact_prefix=$(FUZZ_BUILD_DIR)/crash-$$t- $(FUZZ_BUILD_DIR)/corpus/$$t tests/fuzz/corpus/$$t \
 			2> $(FUZZ_BUILD_DIR)/fuzz-$$t.log || { tail -60 $(FUZZ_BUILD_DIR)/fuzz-$$t.log; exit 1; }; \
 		grep -E "stat::number_of_executed_units|stat::new_units_added" $(FUZZ_BUILD_DIR)/fuzz-$$t.log; \
