@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kill -9 at seeded random moments of a run, then `fax-run resume`: the log must be readable right
 # after every kill, and the resumed run must end with the same metrics and parameters, bit for
-# bit, as a run that was never interrupted.
+# bit, as a run that was never interrupted. Then the same after SIGTERM and SIGINT, which must
+# checkpoint before exiting.
 # Environment: FAX_RUN, FAX_SOURCE_DIR, WORK, PYTHON (with h5py). Argument: number of trials.
 set -uo pipefail
 trials=${1:-10}
@@ -52,4 +53,23 @@ for trial in $(seq 1 "$trials"); do
   compare "$log" || fail "trial $trial (killed at ${delay}s, $rounds rounds logged): differs from the uninterrupted run"
   echo "trial $trial: killed at ${delay}s with $rounds rounds logged; resumed run identical"
 done
-echo "ok: $trials kill -9 trials"
+
+# SIGTERM and SIGINT: the run checkpoints the round in flight, names it, exits 128 + signal.
+for sig in TERM INT; do
+  log="signal_$sig.h5"
+  "$FAX_RUN" run "$experiment" -q -o "$log" "${settings[@]}" --set logging.checkpoint_every=0 2> "$sig.err" &
+  pid=$!
+  # Signal once the first round is logged: the handlers are in place by then, however loaded the machine.
+  for _ in $(seq 1 300); do [[ -e $log ]] && break; sleep 0.1; done
+  kill -s "$sig" "$pid"
+  wait "$pid"
+  status=$?
+  want=$((128 + $(kill -l "$sig")))
+  [[ $status -eq $want ]] || fail "SIG$sig: exit status $status, expected $want: $(cat "$sig.err")"
+  grep -Eq "^fax-run: stopped by signal [0-9]+ after round [0-9]+ of 60; the state is checkpointed: continue with 'fax-run resume $log'$" "$sig.err" \
+    || fail "SIG$sig: unexpected message: $(cat "$sig.err")"
+  "$FAX_RUN" resume "$log" -q || fail "SIG$sig: resume failed"
+  compare "$log" || fail "SIG$sig: the resumed run differs from the uninterrupted run"
+  echo "SIG$sig: $(cat "$sig.err"); resumed run identical"
+done
+echo "ok: $trials kill -9 trials, SIGTERM and SIGINT"
