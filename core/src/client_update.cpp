@@ -7,6 +7,7 @@ namespace {
 // The loss, the kept flag and the extras ride along with the deltas in one clients value.
 constexpr const char* kLoss = "__loss";
 constexpr const char* kKept = "__kept";
+constexpr const char* kWeight = "__weight";
 const std::string kExtra = "__extra/";
 
 // Per row: 1 when every value of every leaf of `rows` and `loss` is finite.
@@ -67,49 +68,88 @@ std::string describe_client(const FederatedDataset& data, int64_t client) {
   return name.empty() ? fmt::format("client {}", client) : fmt::format("client {} ({})", client, name);
 }
 
+namespace {
+
+// One chunk of the client half: local SGD from `params`, the deltas, then the non-finite screen;
+// the loss, the kept flag and the extras ride along as reserved leaves.
+TensorTree train_chunk(const RoundContext& ctx, const ClientTraining& t, const ClientChunk& chunk,
+                       const TensorTree& params, const at::Tensor& rates) {
+  const ClientBatches batches(chunk, ctx.data, t.epochs, t.batch_size);
+  LocalSgdOptions options = t.customize ? t.customize(chunk, params) : LocalSgdOptions{};
+  options.create_graph = options.create_graph || t.create_graph;
+  const LocalSgdResult local = local_sgd(ctx.model, batches, params, rates, options);
+  TensorTree rows = sub(params, local.params);
+  at::Tensor loss = local.loss;
+  const at::Tensor kept = screen(ctx, chunk, rows, loss);
+  rows.set(kLoss, loss);
+  rows.set(kKept, kept);
+  if (t.after) {
+    for (const auto& [name, extra] : t.after(chunk, params, local.params, batches.client_steps()))
+      rows.set(kExtra + name, extra);
+  }
+  return rows;
+}
+
+TensorTree deltas_of(const TensorTree& rows) {
+  TensorTree deltas;
+  for (const auto& [name, t] : rows)
+    if (name != kLoss && name != kKept && name.rfind(kExtra, 0) != 0) deltas.set(name, t);
+  return deltas;
+}
+
+}  // namespace
+
 ClientUpdates train_clients(const RoundContext& ctx, const Clients<TensorTree>& start, const ClientTraining& t) {
   const auto lr = broadcast(t.lr);
   const auto out = map_clients([&](const ClientChunk& chunk, const TensorTree& params, const at::Tensor& rates) {
-    const ClientBatches batches(chunk, ctx.data, t.epochs, t.batch_size);
-    LocalSgdOptions options = t.customize ? t.customize(chunk, params) : LocalSgdOptions{};
-    options.create_graph = options.create_graph || t.create_graph;
-    const LocalSgdResult local = local_sgd(ctx.model, batches, params, rates, options);
-    TensorTree rows = sub(params, local.params);
-    at::Tensor loss = local.loss;
-    const at::Tensor kept = screen(ctx, chunk, rows, loss);
-    rows.set(kLoss, loss);
-    rows.set(kKept, kept);
-    if (t.after) {
-      for (const auto& [name, extra] : t.after(chunk, params, local.params, batches.client_steps()))
-        rows.set(kExtra + name, extra);
-    }
-    return rows;
+    return train_chunk(ctx, t, chunk, params, rates);
   }, start, lr);
   const TensorTree& all = out.value();
-  TensorTree deltas;
-  for (const auto& [name, rows] : all)
-    if (name != kLoss && name != kKept && name.rfind(kExtra, 0) != 0) deltas.set(name, rows);
   const at::Tensor& kept = all.at(kKept);
-  return {Clients<TensorTree>(std::move(deltas)), Clients<at::Tensor>(all.at(kLoss)),
+  return {Clients<TensorTree>(deltas_of(all)), Clients<at::Tensor>(all.at(kLoss)),
           Clients<TensorTree>(unprefixed(all, kExtra)),
           Clients<at::Tensor>(ctx.example_counts().value().to(kept.scalar_type()) * kept), Clients<at::Tensor>(kept)};
 }
 
 RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params, const ClientTraining& training) {
-  ClientUpdates local = train_clients(ctx, broadcast(Server<TensorTree>(params)), training);
+  FAX_CHECK(!training.after, "mean_client_update keeps no per-client rows: use train_clients for ClientTraining::after");
+  const auto start = broadcast(Server<TensorTree>(params));
+  const auto lr = broadcast(training.lr);
+  // Streamed: each chunk's weighted deltas join the running sum, so memory follows the chunk size.
+  // The products and the sums are weighted_mean's, so the bits are too.
+  const MappedSum out = map_sum_clients(
+      [&](const ClientChunk& chunk, const TensorTree& rows, const at::Tensor& rates, const at::Tensor& counts) {
+        const TensorTree trained = train_chunk(ctx, training, chunk, rows, rates);
+        const at::Tensor& kept = trained.at(kKept);
+        const at::Tensor weights = counts.to(kept.scalar_type()) * kept;
+        ChunkRows result;
+        result.sum = scale_rows(deltas_of(trained), weights);
+        result.sum.set(kWeight, weights);
+        result.keep.set(kLoss, trained.at(kLoss));
+        result.keep.set(kKept, kept);
+        result.keep.set(kWeight, weights);
+        return result;
+      },
+      start, lr, ctx.example_counts());
+  TensorTree sums = out.sum.value();
+  const at::Tensor total = sums.at(kWeight);
   // Every executor sees the same total, so they all stop together.
-  FAX_CHECK(sum(local.kept).value().item<double>() > 0, "round {}: every client's update was not finite", ctx.round + 1);
-  TensorTree mean = weighted_mean(local.deltas, local.weights).value();
-  return {std::move(local), std::move(mean)};
+  FAX_CHECK(total.item<double>() > 0, "round {}: every client's update was not finite", ctx.round + 1);
+  TensorTree mean;
+  for (const auto& [name, sum] : sums)
+    if (name != kWeight) mean.set(name, sum / total);
+  const TensorTree& keep = out.keep.value();
+  return {Clients<at::Tensor>(keep.at(kLoss)), Clients<at::Tensor>(keep.at(kWeight)), Clients<at::Tensor>(keep.at(kKept)),
+          std::move(mean)};
 }
 
 RoundMetrics round_metrics(const RoundContext& ctx, const RoundUpdate& update) {
   RoundMetrics metrics;
-  metrics.server.set("train/loss", weighted_mean(update.local.losses, update.local.weights).value().detach());
+  metrics.server.set("train/loss", weighted_mean(update.losses, update.weights).value().detach());
   metrics.server.set("train/update_norm", squared_norm(update.mean).sqrt().detach());
   metrics.server.set("train/dropped_clients",
-                     static_cast<double>(ctx.program.cohort_size()) - sum(update.local.kept).value().detach());
-  metrics.clients.emplace_back("train_loss", Clients<at::Tensor>(update.local.losses.value().detach()));
+                     static_cast<double>(ctx.program.cohort_size()) - sum(update.kept).value().detach());
+  metrics.clients.emplace_back("train_loss", Clients<at::Tensor>(update.losses.value().detach()));
   return metrics;
 }
 

@@ -57,6 +57,31 @@ struct BroadcastFn : public torch::autograd::Function<BroadcastFn> {
   static variable_list backward(AutogradContext*, variable_list grads) { return sum_values(grads); }
 };
 
+// Per-shard partial sums -> server: the allreduce of SumFn for sums that map_sum_clients already
+// reduced inside each shard. `flat` holds this executor's shards in order, `leaves` tensors each.
+struct ShardSumFn : public torch::autograd::Function<ShardSumFn> {
+  static variable_list forward(AutogradContext*, at::TensorList flat, int64_t leaves) {
+    const Program& p = Program::current();
+    const Range shards = p.local_shards();
+    FAX_CHECK(static_cast<int64_t>(flat.size()) == shards.size() * leaves,
+              "map_sum_clients: {} partial sums for {} shards of {} leaves", flat.size(), shards.size(), leaves);
+    std::vector<ShardPartial> partials;
+    for (int64_t s = 0; s < shards.size(); ++s) {
+      partials.push_back({shards.begin + s, std::vector<at::Tensor>(flat.begin() + s * leaves, flat.begin() + (s + 1) * leaves)});
+    }
+    return p.communicator().allreduce_sum(partials);
+  }
+
+  // Each shard's partial enters the sum once: its gradient is the server gradient itself.
+  static variable_list backward(AutogradContext*, variable_list grads) {
+    const int64_t shards = Program::current().local_shards().size();
+    variable_list out;
+    for (int64_t s = 0; s < shards; ++s) out.insert(out.end(), grads.begin(), grads.end());
+    out.emplace_back();  // leaves
+    return out;
+  }
+};
+
 variable_list sum_values(at::TensorList xs) { return SumFn::apply(xs); }
 variable_list broadcast_values(at::TensorList xs) { return BroadcastFn::apply(xs); }
 
@@ -142,6 +167,36 @@ at::Tensor rows_select(const at::Tensor& x) { return x.select(0, 0); }
 TensorTree rows_select(const TensorTree& x) { return x.map([](const at::Tensor& t) { return t.select(0, 0); }); }
 at::Tensor rows_unsqueeze(const at::Tensor& x) { return x.unsqueeze(0); }
 TensorTree rows_unsqueeze(const TensorTree& x) { return x.map([](const at::Tensor& t) { return t.unsqueeze(0); }); }
+
+TensorTree add_rows(TensorTree acc, const TensorTree& rows) {
+  const bool graph = at::GradMode::is_enabled();
+  for (const auto& [name, x] : rows) {
+    at::Tensor total = acc.contains(name) ? acc.at(name) : at::Tensor();
+    for (int64_t i = 0; i < x.size(0); ++i) {
+      if (!total.defined()) {
+        total = x.select(0, i).clone(at::MemoryFormat::Contiguous);
+      } else if (graph && (x.requires_grad() || total.requires_grad())) {
+        total = total + x.select(0, i);
+      } else {
+        total.add_(x.select(0, i));
+      }
+    }
+    acc.set(name, total);
+  }
+  return acc;
+}
+
+TensorTree sum_shard_partials(const std::vector<TensorTree>& partials) {
+  FAX_CHECK(!partials.empty(), "map_sum_clients: this executor holds no clients");
+  std::vector<at::Tensor> flat;
+  for (const auto& partial : partials) {
+    FAX_CHECK(partial.names() == partials.front().names(), "map_sum_clients: shards summed different leaves");
+    const auto tensors = partial.tensors();
+    flat.insert(flat.end(), tensors.begin(), tensors.end());
+  }
+  return partials.front().with_tensors(
+      ShardSumFn::apply(at::TensorList(flat), static_cast<int64_t>(partials.front().size())));
+}
 
 std::vector<ClientChunk> chunks(const Program& p, int64_t chunk) {
   std::vector<ClientChunk> out;

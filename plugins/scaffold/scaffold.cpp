@@ -59,7 +59,7 @@ class Scaffold final : public fax::Algorithm {
     // SCAFFOLD averages updates and control-variate changes uniformly over the sampled clients
     // (that took part: a client dropped for a non-finite update weighs nothing).
     const fax::TensorTree control_change = fax::weighted_mean(local.extras, local.kept).value();
-    const fax::RoundUpdate update{local, fax::weighted_mean(local.deltas, local.kept).value()};
+    const fax::RoundUpdate update{local.losses, local.weights, local.kept, fax::weighted_mean(local.deltas, local.kept).value()};
     const double coverage = static_cast<double>(ctx.program.cohort_size()) / static_cast<double>(ctx.data.num_clients());
     state.params = fax::axpy(-server_lr_, update.mean, state.params);
     state.extra = fax::prefixed(fax::axpy(coverage, control_change, c), "control/");

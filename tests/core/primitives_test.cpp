@@ -109,6 +109,42 @@ TEST_P(PrimitivesTest, MapClientsChunksAlongShards) {
   }
 }
 
+// The fused form streams each chunk into its shard's sum; its bits must be those of sum(map).
+TEST_P(PrimitivesTest, MapSumClientsEqualsSumOfMapBitwise) {
+  const at::Tensor data = at::randn({5, 7}, at::kFloat);
+  auto per_client = [](const at::Tensor& rows) { return at::tanh(rows) * 3.7f + rows.pow(2); };
+  const at::Tensor unfused = mesh.run(cohort, [&](Program& p) {
+    return sum(map_clients(per_client, p.local_rows(data)));
+  }).value();
+  for (int64_t k : {0, 1, 2, 4}) {
+    const TensorTree out = mesh.run(cohort, [&](Program& p) {
+      const MappedSum mapped = map_sum_clients(MapOptions{k}, [&](const ClientChunk& c, const at::Tensor& rows) {
+        TensorTree keep, total;
+        keep.set("id", at::arange(c.size, at::kLong) + c.client_id(0));
+        total.set("y", per_client(rows));
+        return ChunkRows{keep, total};
+      }, p.local_rows(data));
+      TensorTree result = mapped.sum.value();
+      result.set("ids", collect(Clients<at::Tensor>(mapped.keep.value().at("id"))).value());
+      return Server<TensorTree>(result);
+    }).value();
+    EXPECT_EQ(test::bytes_of(out.at("y")), test::bytes_of(unfused)) << "vectorize " << k;
+    EXPECT_TRUE(at::equal(out.at("ids"), at::arange(5, at::kLong))) << out.at("ids");
+  }
+}
+
+TEST_P(PrimitivesTest, MapSumClientsJacobian) {
+  test::expect_vjp_matches_finite_differences(mesh, cohort, {Place::clients, Place::server},
+                                              [](Program&, const at::Tensor& x) {
+                                                return map_sum_clients(MapOptions{2}, [](const at::Tensor& r) {
+                                                  TensorTree t;
+                                                  t.set("y", at::tanh(r) * r.pow(2));
+                                                  return ChunkRows{{}, t};
+                                                }, Clients<at::Tensor>(x)).sum.value().at("y");
+                                              },
+                                              at::randn({5, 2}, f64));
+}
+
 TEST_P(PrimitivesTest, MapEachClientSeesOneClientWithoutTheClientsAxis) {
   const at::Tensor data = at::randn({5, 4}, f64);
   const auto out = mesh.run(cohort, [&](Program& p) {

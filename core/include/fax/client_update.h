@@ -54,12 +54,16 @@ ClientUpdates train_clients(const RoundContext& ctx, const Clients<TensorTree>& 
 
 /// A FedAvg-style round's client half: the clients' updates and their example-weighted mean.
 struct RoundUpdate {
-  ClientUpdates local;
+  Clients<at::Tensor> losses;   ///< as in ClientUpdates
+  Clients<at::Tensor> weights;  ///< as in ClientUpdates
+  Clients<at::Tensor> kept;     ///< as in ClientUpdates
   TensorTree mean;  ///< sum(n_i delta_i) / sum(n_i): the server's pseudo-gradient
 };
 
-/// broadcast(params) -> train_clients -> weighted_mean of the deltas by example count (dropped
-/// clients weigh nothing; a round whose every client was dropped is an error).
+/// broadcast(params) -> the client half -> weighted mean of the deltas by example count (dropped
+/// clients weigh nothing; a round whose every client was dropped is an error). Streamed through
+/// map_sum_clients: memory follows execution.vectorize, not the cohort; the same bits as
+/// weighted_mean over train_clients. Without ClientTraining::after (it keeps no per-client rows).
 RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params, const ClientTraining& training);
 
 /// The metrics FedAvg-style plugins report: train/loss (example-weighted mean of the clients'

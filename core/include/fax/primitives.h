@@ -120,6 +120,59 @@ auto map_clients(F&& fn, const Clients<T>&... args) {
   return map_clients(MapOptions{}, std::forward<F>(fn), args...);
 }
 
+namespace detail {
+/// Adds `rows`' rows, in order, to `acc` (undefined: starts from the first row), with the same
+/// elementwise adds as sum's per-shard reduction; out of place when a gradient must flow.
+TensorTree add_rows(TensorTree acc, const TensorTree& rows);
+/// The server sum of per-shard partial sums (this executor's shards, in order): the allreduce of
+/// sum, differentiable (the gradient of each partial is the server gradient).
+TensorTree sum_shard_partials(const std::vector<TensorTree>& partials);
+}  // namespace detail
+
+/// What a map_sum_clients function returns for a chunk: rows kept per client (small values:
+/// losses, flags) and rows that are only ever summed over the cohort (model updates).
+struct ChunkRows {
+  TensorTree keep;
+  TensorTree sum;
+};
+
+/// The result of map_sum_clients: the kept rows, a clients value, and the sum over the cohort.
+struct MappedSum {
+  Clients<TensorTree> keep;
+  Server<TensorTree> sum;
+};
+
+/// sum(map_clients(fn, ...)) for the `sum` rows, without holding them for every client: each
+/// chunk's rows join its logical shard's running sum as soon as they exist, so memory grows with
+/// the chunk size (vectorize), not with the cohort. The same bits as the unfused form for any
+/// number of executors; differentiable like it (the chunks' graphs are then kept).
+template <class F, class... T>
+MappedSum map_sum_clients(const MapOptions& options, F&& fn, const Clients<T>&... args) {
+  const Program& p = Program::current();
+  (detail::check_rows("map_sum_clients argument", detail::rows(args.value()), p.local_size()), ...);
+  const int64_t k = options.vectorize > 0 ? options.vectorize : p.vectorize();
+  std::vector<TensorTree> keep;
+  std::vector<TensorTree> partials;
+  int64_t shard = -1;
+  for (const ClientChunk& c : detail::chunks(p, k)) {
+    ChunkRows out = detail::call_chunk(fn, c, detail::rows_slice(args.value(), c.begin, c.size)...);
+    detail::check_rows("map_sum_clients kept rows", out.keep.empty() ? c.size : detail::rows(out.keep), c.size);
+    detail::check_rows("map_sum_clients summed rows", detail::rows(out.sum), c.size);
+    if (c.shard != shard) {
+      partials.emplace_back();
+      shard = c.shard;
+    }
+    partials.back() = detail::add_rows(std::move(partials.back()), out.sum);
+    keep.push_back(std::move(out.keep));
+  }
+  return {Clients<TensorTree>(detail::rows_concat(keep)), Server<TensorTree>(detail::sum_shard_partials(partials))};
+}
+
+template <class F, class... T>
+MappedSum map_sum_clients(F&& fn, const Clients<T>&... args) {
+  return map_sum_clients(MapOptions{}, std::forward<F>(fn), args...);
+}
+
 /// One client at a time: `fn` gets each argument's row for one client (no clients axis) and
 /// returns that client's value. Simple to write; map_clients is the fast path.
 template <class F, class... T>
