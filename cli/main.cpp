@@ -60,6 +60,16 @@ int main(int argc, char** argv) {
   inspect_cmd->add_option("run", inspect.run, "the run log")->required()->type_name("RUN.h5");
   inspect_cmd->add_option("--last", inspect.last, "rounds to show")->check(CLI::PositiveNumber);
 
+  fax::cli::BenchOptions bench;
+  CLI::App* bench_cmd = app.add_subcommand(
+      "bench", "measure speed and memory against this machine's GEMM peak; print a table and write it to HDF5");
+  bench_cmd->add_flag("--quick", bench.quick, "fewer timed rounds (the whole bench in a few minutes)");
+  bench_cmd->add_option("--executors", bench.executors, "executor threads (default: one per hardware thread)")
+      ->check(CLI::Range(1, 1024));
+  bench_cmd->add_option("-o,--output", bench.output, "the HDF5 file to write (default: bench.h5)")->type_name("BENCH.h5");
+  add_plugin_dir_option(*bench_cmd, bench.plugin_dirs);
+  bench_cmd->add_option("--rss-probe", bench.rss_probe)->group("")->check(CLI::Range(1, 1 << 20));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
@@ -74,6 +84,7 @@ int main(int argc, char** argv) {
     if (run_cmd->parsed()) return fax::cli::run_command(run);
     if (resume_cmd->parsed()) return fax::cli::resume_command(resume);
     if (plugins_cmd->parsed()) return fax::cli::plugins_command(plugins);
+    if (bench_cmd->parsed()) return fax::cli::bench_command(bench);
     return fax::cli::inspect_command(inspect);
   } catch (const fax::Error& e) {
     std::fprintf(stderr, "fax-run: %s\n", e.what());

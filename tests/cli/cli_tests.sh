@@ -241,6 +241,12 @@ PY
     run_expect 2 "train-labels-idx1-ubyte: truncated: the header promises 60000 bytes of data, the file holds 4992" -- \
       "$FAX_RUN" run "$FAX_SOURCE_DIR/experiments/fmnist_fedavg.yaml" --set data.path="$WORK/fmnist"
     ;;
+  bench_probe)
+    # The memory probe fax-run bench starts per cohort size: one MLP experiment, its peak RSS in MiB.
+    mib=$("$FAX_RUN" bench --rss-probe 8) || fail "the probe failed"
+    [[ $mib =~ ^[0-9]+\.[0-9]$ ]] && (( ${mib%.*} > 50 )) || fail "not a plausible peak RSS in MiB: '$mib'"
+    run_expect 2 "--executors: Value 0 not in range 1 to 1024" -- "$FAX_RUN" bench --executors 0
+    ;;
   *)
     fail "unknown case $1"
     ;;

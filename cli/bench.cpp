@@ -1,0 +1,317 @@
+// fax-run bench: speed and memory measured against the machine in one run. The GEMM peak is the
+// yardstick; each model case reports its round time and its model FLOP/s as a share of that peak.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <fax/error.h>
+#include <fax/experiment.h>
+#include <fax/version.h>
+
+#include "commands.h"
+#include "setup.h"
+
+namespace fax::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+double median(std::vector<double> v) {
+  FAX_CHECK(!v.empty(), "bench: nothing was timed");
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median wall time of `repeats` calls of `fn`, after one untimed warm-up call.
+template <class F>
+double median_seconds(int repeats, F&& fn) {
+  fn();
+  std::vector<double> times;
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = Clock::now();
+    fn();
+    times.push_back(seconds_since(start));
+  }
+  return median(times);
+}
+
+// The fastest float32 matrix product LibTorch offers here: OpenBLAS through at::mm, and oneDNN
+// through mkldnn_linear on blocked tensors. FLOP/s of an n x n x n product.
+struct GemmPeak {
+  double openblas = 0;
+  double onednn = 0;
+  double best() const { return std::max(openblas, onednn); }
+};
+
+GemmPeak measure_gemm_peak(int threads) {
+  constexpr int64_t n = 2048;
+  const double flops = 2.0 * n * n * n;
+  at::set_num_threads(threads);
+  const at::Tensor a = at::randn({n, n});
+  const at::Tensor b = at::randn({n, n});
+  GemmPeak peak;
+  peak.openblas = flops / median_seconds(5, [&] { at::mm(a, b); });
+  if (at::hasMKLDNN()) {
+    const at::Tensor am = a.to_mkldnn();
+    const at::Tensor bm = b.t().contiguous().to_mkldnn();
+    peak.onednn = flops / median_seconds(5, [&] { at::mkldnn_linear(am, bm, {}); });
+  }
+  return peak;
+}
+
+// Peak resident set of this process (VmHWM), in MiB.
+double peak_rss_mib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return 0;
+}
+
+// One bench experiment, described as YAML keys; everything else is fax's defaults.
+struct Case {
+  std::string data;   ///< the data: block
+  std::string model;  ///< the model: block
+  int64_t cohort = 64;
+  int executors = 1;
+  int64_t shards = 1;
+  int64_t vectorize = 0;
+  int rounds = 5;  ///< timed rounds; one more before (warm-up) and after (evaluation)
+
+  std::string yaml() const {
+    return fmt::format(
+        "seed: 0\nrounds: {}\ncohort:\n  size: {}\ndata:\n{}model:\n{}algorithm:\n  name: fedavg\n  client_lr: 0.05\n"
+        "  batch_size: 10\nexecution:\n  executors: {}\n  logical_shards: {}\n  threads: 1\n  vectorize: {}\n"
+        "logging:\n  eval_every: 0\n  checkpoint_every: 0\n",
+        rounds + 2, cohort, data, model, executors, shards, vectorize);
+  }
+};
+
+struct Timing {
+  double round_s = 0;
+  double examples = 0;  ///< trained per round
+  double flops = 0;     ///< model FLOPs per round (forward + backward = 3 forward)
+  int64_t tokens_per_example = 1;
+};
+
+const char* const kFmnist = "  name: fmnist\n  partition: iid\n  clients: 600\n";
+const char* const kFmnistLarge = "  name: fmnist\n  partition: iid\n  clients: 2048\n";
+const char* const kTokens = "  name: synthetic_tokens\n  clients: 64\n  sequences: 32\n  sequence_length: 64\n  vocab: 256\n";
+const char* const kMlp = "  name: mlp\n";
+const char* const kCnn = "  name: cnn\n";
+const char* const kTransformer = "  name: transformer\n  depth: 2\n  width: 256\n  heads: 4\n";
+
+class Bench {
+ public:
+  explicit Bench(const PluginLoader& loader) : loader_(loader) {}
+
+  // Median round time of `c` (the warm-up and the evaluating last round excluded).
+  Timing time(const Case& c) {
+    const ExperimentSetup setup = resolve_experiment(Config::from_yaml(c.yaml(), "fax-run bench"), loader_);
+    const FederatedDataset& data = dataset(c.data, setup);
+    const auto model = setup.model->create(setup.config, {data.input_shape(), data.num_classes()});
+    auto algorithm = setup.plugin->create();
+    Experiment experiment(setup.config, *algorithm, *model, data);
+    std::vector<double> ends;
+    experiment.run(nullptr, [&](const RoundReport& r) { ends.push_back(r.elapsed_s); });
+    std::vector<double> rounds;
+    for (size_t i = 1; i + 1 < ends.size(); ++i) rounds.push_back(ends[i] - ends[i - 1]);
+    Timing t;
+    t.round_s = median(rounds);
+    t.examples = static_cast<double>(c.cohort) * mean_examples(data);
+    t.tokens_per_example = data.input_shape().front();
+    t.flops = 3.0 * static_cast<double>(model->forward_flops()) * t.examples;
+    return t;
+  }
+
+  // The same clients' local training as a plain LibTorch loop, one client after another, with no
+  // federated machinery: the baseline of the federated overhead.
+  double plain_loop_round_s(const Case& c, int repeats) {
+    const ExperimentSetup setup = resolve_experiment(Config::from_yaml(c.yaml(), "fax-run bench"), loader_);
+    const FederatedDataset& data = dataset(c.data, setup);
+    const auto model = setup.model->create(setup.config, {data.input_shape(), data.num_classes()});
+    at::set_num_threads(1);
+    const TensorTree start = model->init(at::make_generator<at::CPUGeneratorImpl>(0));
+    const Cohort cohort = sample_cohort(data, c.cohort, 0, 0);
+    const double lr = 0.05;
+    const int64_t batch = 10;
+    return median_seconds(repeats, [&] {
+      TensorTree total = start.map([](const at::Tensor& t) { return at::zeros_like(t); });
+      for (int64_t i = 0; i < cohort.size(); ++i) {
+        const Examples ex = data.client(cohort.id(i));
+        const at::Tensor order = at::randperm(ex.size(), at::kLong);
+        std::vector<at::Tensor> params;
+        for (const auto& [name, t] : start) params.push_back(t.clone().requires_grad_(true));
+        for (int64_t b = 0; b < ex.size(); b += batch) {
+          const at::Tensor idx = order.narrow(0, b, std::min(batch, ex.size() - b));
+          const at::Tensor loss =
+              cross_entropy(model->forward(start.with_tensors(params), ex.x.index_select(0, idx)), ex.y.index_select(0, idx))
+                  .mean();
+          const auto grads = torch::autograd::grad({loss}, params);
+          at::NoGradGuard no_grad;
+          for (size_t j = 0; j < params.size(); ++j) params[j] = (params[j] - lr * grads[j]).requires_grad_(true);
+        }
+        at::NoGradGuard no_grad;
+        const TensorTree trained = start.with_tensors(params);
+        total = axpy(static_cast<double>(ex.size()), sub(start, trained), total);
+      }
+    });
+  }
+
+ private:
+  // Data sets are loaded once per data block (Fashion-MNIST takes seconds).
+  const FederatedDataset& dataset(const std::string& key, const ExperimentSetup& setup) {
+    auto& slot = data_[key];
+    if (!slot) slot = setup.dataset->create(setup.config);
+    return *slot;
+  }
+
+  static double mean_examples(const FederatedDataset& data) {
+    double total = 0;
+    for (int64_t i = 0; i < data.num_clients(); ++i) total += static_cast<double>(data.num_examples(i));
+    return total / static_cast<double>(data.num_clients());
+  }
+
+  const PluginLoader& loader_;
+  std::map<std::string, std::unique_ptr<FederatedDataset>> data_;
+};
+
+// Peak RSS of a child `fax-run bench --rss-probe COHORT`: a fresh process per cohort size.
+double probe_rss_mib(int64_t cohort) {
+  const std::string command = fmt::format("/proc/{}/exe bench --rss-probe {}", ::getpid(), cohort);
+  FILE* pipe = ::popen(command.c_str(), "r");
+  FAX_CHECK(pipe != nullptr, "bench: cannot start '{}'", command);
+  double mib = 0;
+  const int read = std::fscanf(pipe, "%lf", &mib);
+  const int status = ::pclose(pipe);
+  FAX_CHECK(read == 1 && status == 0, "bench: '{}' failed (status {})", command, status);
+  return mib;
+}
+
+struct Row {
+  std::string name;
+  std::string value;
+  std::string target;
+};
+
+// One MLP experiment over 2048 clients whose memory is probed at each cohort size.
+Case rss_case(int64_t cohort) { return {kFmnistLarge, kMlp, cohort, 1, 1, 64, 1}; }
+
+}  // namespace
+
+int bench_command(const BenchOptions& options) {
+  const PluginLoader loader(options.plugin_dirs);
+  Bench bench(loader);
+  if (options.rss_probe > 0) {
+    bench.time(rss_case(options.rss_probe));
+    std::printf("%.1f\n", peak_rss_mib());
+    return 0;
+  }
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int executors = options.executors > 0 ? options.executors : cores;
+  const int rounds = options.quick ? 3 : 10;
+  auto say = [&](const char* what) {
+    std::printf("bench: %s\n", what);
+    std::fflush(stdout);
+  };
+
+  say("GEMM peak (2048^3 float32, median of 5)");
+  const GemmPeak peak = measure_gemm_peak(executors);
+  Metrics m{{"gemm/openblas_gflops", peak.openblas / 1e9}, {"gemm/onednn_gflops", peak.onednn / 1e9}};
+  auto record = [&](const std::string& name, const Timing& t) {
+    m.emplace_back(name + "/round_s", t.round_s);
+    m.emplace_back(name + "/gflops_per_round", t.flops / 1e9);
+    m.emplace_back(name + "/mfu_openblas", t.flops / t.round_s / peak.openblas);
+    m.emplace_back(name + "/mfu_best", t.flops / t.round_s / peak.best());
+  };
+
+  say("MLP on Fashion-MNIST, cohort 64: vectorized, then one client at a time");
+  const Timing mlp = bench.time({kFmnist, kMlp, 64, executors, executors, 0, rounds});
+  const Timing mlp_loop = bench.time({kFmnist, kMlp, 64, executors, executors, 1, rounds});
+  record("mlp", mlp);
+  record("mlp_loop", mlp_loop);
+  m.emplace_back("mlp/clients_per_s", 64 / mlp.round_s);
+  m.emplace_back("mlp/vectorize_speedup", mlp_loop.round_s / mlp.round_s);
+
+  say("CNN on Fashion-MNIST, cohort 64");
+  const Timing cnn = bench.time({kFmnist, kCnn, 64, executors, executors, 0, options.quick ? 2 : 5});
+  record("cnn", cnn);
+  m.emplace_back("cnn/clients_per_s", 64 / cnn.round_s);
+
+  say("transformer LM (2 x 256, context 64) on synthetic tokens, cohort 16");
+  const Timing lm = bench.time({kTokens, kTransformer, 16, executors, executors, 0, options.quick ? 2 : 5});
+  record("lm", lm);
+  m.emplace_back("lm/tokens_per_s", lm.examples * static_cast<double>(lm.tokens_per_example) / lm.round_s);
+
+  say("weak scaling: 1 executor with cohort 32, 2 executors with cohort 64 (MLP)");
+  const Timing one = bench.time({kFmnist, kMlp, 32, 1, 1, 0, rounds});
+  const Timing two = bench.time({kFmnist, kMlp, 64, 2, 2, 0, rounds});
+  m.emplace_back("scaling/weak_efficiency", one.round_s / two.round_s);
+
+  say("peak RSS at cohort 64 and 2048 (MLP, vectorize 64, separate processes)");
+  const double rss64 = probe_rss_mib(64);
+  const double rss2048 = probe_rss_mib(2048);
+  m.emplace_back("memory/rss_cohort64_mib", rss64);
+  m.emplace_back("memory/rss_cohort2048_mib", rss2048);
+
+  say("federated overhead: a FedAvg round vs a plain LibTorch loop over the same clients (MLP, 1 thread)");
+  const Case overhead_case{kFmnist, kMlp, 64, 1, 1, 1, rounds};
+  const Timing fed = bench.time(overhead_case);
+  const double plain = bench.plain_loop_round_s(overhead_case, rounds);
+  m.emplace_back("overhead/fedavg_round_s", fed.round_s);
+  m.emplace_back("overhead/plain_loop_s", plain);
+  m.emplace_back("overhead/ratio", fed.round_s / plain);
+
+  auto get = [&](const std::string& name) {
+    for (const auto& [k, v] : m)
+      if (k == name) return v;
+    throw Error("bench: no metric " + name);
+  };
+  auto pct = [](double x) { return fmt::format("{:.1f}%", 100 * x); };
+  const std::vector<Row> rows{
+      {"GEMM peak OpenBLAS / oneDNN (GFLOP/s)",
+       fmt::format("{:.1f} / {:.1f}", peak.openblas / 1e9, peak.onednn / 1e9), ""},
+      {"MLP c=64 round (s), clients/s", fmt::format("{:.3f}, {:.0f}", mlp.round_s, get("mlp/clients_per_s")), ""},
+      {"MLP c=64 MFU (OpenBLAS / best peak)", pct(get("mlp/mfu_openblas")) + " / " + pct(get("mlp/mfu_best")), ">= 40%"},
+      {"MLP per-client loop MFU", pct(get("mlp_loop/mfu_openblas")), ""},
+      {"MLP vectorized vs loop", fmt::format("{:.2f}x", get("mlp/vectorize_speedup")), ">= 4x"},
+      {"CNN c=64 round (s), clients/s", fmt::format("{:.3f}, {:.1f}", cnn.round_s, get("cnn/clients_per_s")), ""},
+      {"CNN c=64 MFU (OpenBLAS / best peak)", pct(get("cnn/mfu_openblas")) + " / " + pct(get("cnn/mfu_best")), ">= 60%"},
+      {"LM round (s), tokens/s", fmt::format("{:.3f}, {:.0f}", lm.round_s, get("lm/tokens_per_s")), ""},
+      {"LM MFU (OpenBLAS / best peak)", pct(get("lm/mfu_openblas")) + " / " + pct(get("lm/mfu_best")), ">= 60%"},
+      {"weak scaling efficiency (1x32 vs 2x64)", fmt::format("{:.2f}", get("scaling/weak_efficiency")), ">= 0.90"},
+      {"peak RSS cohort 64 / 2048 (MiB)", fmt::format("{:.0f} / {:.0f} ({:.2f}x)", rss64, rss2048, rss2048 / rss64),
+       "<= 1.5x"},
+      {"federated overhead (FedAvg / plain loop)",
+       fmt::format("{:.3f} / {:.3f} s ({:.2f}x)", fed.round_s, plain, fed.round_s / plain), "<= 1.10x"},
+  };
+  std::printf("\nfax-run bench %s, %d executor(s), %d hardware threads%s\n", FAX_VERSION, executors, cores,
+              options.quick ? ", --quick" : "");
+  for (const auto& r : rows) std::printf("  %-42s %-28s %s\n", r.name.c_str(), r.value.c_str(), r.target.c_str());
+
+  RunLog log(options.output, fmt::format("bench: {{quick: {}, executors: {}}}\n", options.quick, executors),
+             {{"fax_version", FAX_VERSION}, {"hardware_threads", std::to_string(cores)}});
+  log.append(1, m);
+  log.commit();
+  std::printf("  written to %s (fax-run inspect %s)\n", options.output.c_str(), options.output.c_str());
+  return 0;
+}
+
+}  // namespace fax::cli
