@@ -278,12 +278,18 @@ int bench_command(const BenchOptions& options) {
   m.emplace_back("memory/rss_cohort2048_mib", rss2048);
 
   say("federated overhead: a FedAvg round vs a plain LibTorch loop over the same clients (MLP, 1 thread)");
+  // Alternated three times, the median pair kept: a noisy neighbour then hits both sides alike.
   const Case overhead_case{kFmnist, kMlp, 64, 1, 1, 1, rounds};
-  const Timing fed = bench.time(overhead_case);
-  const double plain = bench.plain_loop_round_s(overhead_case, rounds);
-  m.emplace_back("overhead/fedavg_round_s", fed.round_s);
+  std::vector<std::pair<double, double>> pairs;
+  for (int i = 0; i < 3; ++i) {
+    const double fed = bench.time(overhead_case).round_s;
+    pairs.emplace_back(fed, bench.plain_loop_round_s(overhead_case, rounds));
+  }
+  std::sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) { return a.first / a.second < b.first / b.second; });
+  const auto [fed_s, plain] = pairs[1];
+  m.emplace_back("overhead/fedavg_round_s", fed_s);
   m.emplace_back("overhead/plain_loop_s", plain);
-  m.emplace_back("overhead/ratio", fed.round_s / plain);
+  m.emplace_back("overhead/ratio", fed_s / plain);
 
   auto get = [&](const std::string& name) {
     for (const auto& [k, v] : m)
@@ -307,7 +313,7 @@ int bench_command(const BenchOptions& options) {
       {"peak RSS cohort 64 / 2048 (MiB)", fmt::format("{:.0f} / {:.0f} ({:.2f}x)", rss64, rss2048, rss2048 / rss64),
        "<= 1.5x"},
       {"federated overhead (FedAvg / plain loop)",
-       fmt::format("{:.3f} / {:.3f} s ({:.2f}x)", fed.round_s, plain, fed.round_s / plain), "<= 1.10x"},
+       fmt::format("{:.3f} / {:.3f} s ({:.2f}x)", fed_s, plain, fed_s / plain), "<= 1.10x"},
   };
   std::printf("\nfax-run bench %s, %d executor(s), %d hardware threads%s\n", FAX_VERSION, executors, cores,
               options.quick ? ", --quick" : "");
