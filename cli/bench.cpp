@@ -124,11 +124,10 @@ class Bench {
 
   // Median round time of `c` (the warm-up and the evaluating last round excluded).
   Timing time(const Case& c) {
-    const ExperimentSetup setup = resolve_experiment(Config::from_yaml(c.yaml(), "fax-run bench"), loader_);
-    const FederatedDataset& data = dataset(c.data, setup);
-    const auto model = setup.model->create(setup.config, {data.input_shape(), data.num_classes()});
-    auto algorithm = setup.plugin->create();
-    Experiment experiment(setup.config, *algorithm, *model, data);
+    const Prepared p = prepare(c);
+    const FederatedDataset& data = *p.data;
+    auto algorithm = p.setup.plugin->create();
+    Experiment experiment(p.setup.config, *algorithm, *p.model, data);
     std::vector<double> ends;
     experiment.run(nullptr, [&](const RoundReport& r) { ends.push_back(r.elapsed_s); });
     std::vector<double> rounds;
@@ -137,16 +136,16 @@ class Bench {
     t.round_s = median(rounds);
     t.examples = static_cast<double>(c.cohort) * mean_examples(data);
     t.tokens_per_example = data.input_shape().front();
-    t.flops = 3.0 * static_cast<double>(model->forward_flops()) * t.examples;
+    t.flops = 3.0 * static_cast<double>(p.model->forward_flops()) * t.examples;
     return t;
   }
 
   // The same clients' local training as a plain LibTorch loop, one client after another, with no
   // federated machinery: the baseline of the federated overhead.
   double plain_loop_round_s(const Case& c, int repeats) {
-    const ExperimentSetup setup = resolve_experiment(Config::from_yaml(c.yaml(), "fax-run bench"), loader_);
-    const FederatedDataset& data = dataset(c.data, setup);
-    const auto model = setup.model->create(setup.config, {data.input_shape(), data.num_classes()});
+    const Prepared p = prepare(c);
+    const FederatedDataset& data = *p.data;
+    const Model* model = p.model.get();
     at::set_num_threads(1);
     const TensorTree start = model->init(at::make_generator<at::CPUGeneratorImpl>(0));
     const Cohort cohort = sample_cohort(data, c.cohort, 0, 0);
@@ -176,11 +175,20 @@ class Bench {
   }
 
  private:
-  // Data sets are loaded once per data block (Fashion-MNIST takes seconds).
-  const FederatedDataset& dataset(const std::string& key, const ExperimentSetup& setup) {
-    auto& slot = data_[key];
+  struct Prepared {
+    ExperimentSetup setup;
+    const FederatedDataset* data;
+    std::unique_ptr<Model> model;
+  };
+
+  // The case's resolved settings, its data set (loaded once per data block: Fashion-MNIST takes
+  // seconds) and its model.
+  Prepared prepare(const Case& c) {
+    ExperimentSetup setup = resolve_experiment(Config::from_yaml(c.yaml(), "fax-run bench"), loader_);
+    auto& slot = data_[c.data];
     if (!slot) slot = setup.dataset->create(setup.config);
-    return *slot;
+    auto model = setup.model->create(setup.config, {slot->input_shape(), slot->num_classes()});
+    return {std::move(setup), slot.get(), std::move(model)};
   }
 
   static double mean_examples(const FederatedDataset& data) {

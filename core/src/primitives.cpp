@@ -11,11 +11,23 @@ using torch::autograd::variable_list;
 
 // Sum of rows [r.begin, r.end) of x, strictly in row order: one elementwise add per row, so the
 // bits do not depend on LibTorch's thread count or reduction blocking.
-at::Tensor ordered_row_sum(const at::Tensor& x, Range r) {
-  at::Tensor acc = x.select(0, r.begin).clone(at::MemoryFormat::Contiguous);
-  for (int64_t i = r.begin + 1; i < r.end; ++i) acc.add_(x.select(0, i));
-  return acc;
+// Adds rows [r.begin, r.end) of x to `total` (undefined: starts from the first row); out of place
+// when a gradient must flow through. map_sum_clients streams through the same adds.
+at::Tensor add_rows_in_order(at::Tensor total, const at::Tensor& x, Range r) {
+  const bool graph = at::GradMode::is_enabled();
+  for (int64_t i = r.begin; i < r.end; ++i) {
+    if (!total.defined()) {
+      total = x.select(0, i).clone(at::MemoryFormat::Contiguous);
+    } else if (graph && (x.requires_grad() || total.requires_grad())) {
+      total = total + x.select(0, i);
+    } else {
+      total.add_(x.select(0, i));
+    }
+  }
+  return total;
 }
+
+at::Tensor ordered_row_sum(const at::Tensor& x, Range r) { return add_rows_in_order({}, x, r); }
 
 variable_list sum_values(at::TensorList xs);
 variable_list broadcast_values(at::TensorList xs);
@@ -169,20 +181,8 @@ at::Tensor rows_unsqueeze(const at::Tensor& x) { return x.unsqueeze(0); }
 TensorTree rows_unsqueeze(const TensorTree& x) { return x.map([](const at::Tensor& t) { return t.unsqueeze(0); }); }
 
 TensorTree add_rows(TensorTree acc, const TensorTree& rows) {
-  const bool graph = at::GradMode::is_enabled();
-  for (const auto& [name, x] : rows) {
-    at::Tensor total = acc.contains(name) ? acc.at(name) : at::Tensor();
-    for (int64_t i = 0; i < x.size(0); ++i) {
-      if (!total.defined()) {
-        total = x.select(0, i).clone(at::MemoryFormat::Contiguous);
-      } else if (graph && (x.requires_grad() || total.requires_grad())) {
-        total = total + x.select(0, i);
-      } else {
-        total.add_(x.select(0, i));
-      }
-    }
-    acc.set(name, total);
-  }
+  for (const auto& [name, x] : rows)
+    acc.set(name, add_rows_in_order(acc.contains(name) ? acc.at(name) : at::Tensor(), x, {0, x.size(0)}));
   return acc;
 }
 
