@@ -28,6 +28,17 @@ std::vector<hid_t> element_types() {
           H5T_NATIVE_FLOAT, H5T_NATIVE_DOUBLE, H5T_NATIVE_UINT32, H5T_NATIVE_UINT64};
 }
 
+// A dataset of `type` and shape `dims` holding `data`; a name libhdf5 refuses writes nothing.
+void write_dataset(hid_t group, const char* name, hid_t type, const std::vector<hsize_t>& dims, const void* data) {
+  const hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+  const hid_t ds = H5Dcreate2(group, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  if (ds >= 0) {
+    H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+    H5Dclose(ds);
+  }
+  H5Sclose(space);
+}
+
 void write_numeric(FuzzedDataProvider& in, hid_t group, const char* name) {
   const std::vector<hid_t> types = element_types();
   const hid_t type = types[in.ConsumeIntegralInRange<size_t>(0, types.size() - 1)];
@@ -37,13 +48,7 @@ void write_numeric(FuzzedDataProvider& in, hid_t group, const char* name) {
   for (auto& d : dims) n *= (d = in.ConsumeIntegralInRange(0, 6));
   std::vector<uint8_t> values = in.ConsumeBytes<uint8_t>(n * H5Tget_size(type));
   values.resize(n * H5Tget_size(type) + 1);
-  const hid_t space = H5Screate_simple(rank, dims.data(), nullptr);
-  const hid_t ds = H5Dcreate2(group, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  if (ds >= 0) {
-    H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
-    H5Dclose(ds);
-  }
-  H5Sclose(space);
+  write_dataset(group, name, type, dims, values.data());
 }
 
 void write_strings(FuzzedDataProvider& in, hid_t group, const char* name) {
@@ -53,16 +58,9 @@ void write_strings(FuzzedDataProvider& in, hid_t group, const char* name) {
     t = in.ConsumeRandomLengthString(40);
     pointers.push_back(t.c_str());
   }
-  const hsize_t n = text.size();
   const hid_t type = H5Tcopy(H5T_C_S1);
   H5Tset_size(type, H5T_VARIABLE);
-  const hid_t space = H5Screate_simple(1, &n, nullptr);
-  const hid_t ds = H5Dcreate2(group, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  if (ds >= 0) {
-    H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data());
-    H5Dclose(ds);
-  }
-  H5Sclose(space);
+  write_dataset(group, name, type, {text.size()}, pointers.data());
   H5Tclose(type);
 }
 
