@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include <fax/sweep.h>
+
 namespace fax::cli {
 
 struct RunOptions {
@@ -38,10 +40,38 @@ struct BenchOptions {
   int64_t rss_probe = 0;  ///< internal: run one case at this cohort size and print the peak RSS
 };
 
+struct SweepOptions {
+  std::string experiment;
+  std::string output;  ///< the sweep directory; empty: <experiment stem>.sweep
+  std::vector<std::string> grid;
+  std::vector<std::string> overrides;
+  std::vector<std::string> plugin_dirs;
+  int executors = 0;  ///< the budget of executors for all trials at once; 0: one per hardware thread
+  std::string metric;  ///< empty: the sweep section's (default eval/accuracy)
+  std::string mode;    ///< empty: the sweep section's, else max / min
+  bool retry_failed = false;
+  bool quiet = false;
+};
+
+struct PlotOptions {
+  std::vector<std::string> runs;  ///< run logs and sweep indexes
+  std::string metric = "eval/accuracy";
+  std::string output = "plot.svg";
+  std::string title;
+  bool log_y = false;
+  int width = 800;
+  int height = 480;
+};
+
 int run_command(const RunOptions& options);
 int bench_command(const BenchOptions& options);
 int resume_command(const ResumeOptions& options);
 int plugins_command(const PluginsOptions& options);
 int inspect_command(const InspectOptions& options);
+int sweep_command(const SweepOptions& options);
+int plot_command(const PlotOptions& options);
+
+/// The best trial, the settings ranked by their mean over seeds (at most `top`), failed trials.
+void print_sweep_summary(const SweepIndex& index, const std::string& path, size_t top);
 
 }  // namespace fax::cli

@@ -1,16 +1,23 @@
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
 #include <fmt/format.h>
 
 #include <fax/config.h>
+#include <fax/report.h>
 #include <fax/run_log.h>
+#include <fax/sweep.h>
 
 #include "commands.h"
 
 namespace fax::cli {
 
 int inspect_command(const InspectOptions& options) {
+  if (SweepIndex::is_index(options.run)) {
+    print_sweep_summary(SweepIndex::read(options.run), options.run, static_cast<size_t>(options.last));
+    return 0;
+  }
   const RunLogReader log(options.run);
   const Config config = Config::from_yaml(log.config(), options.run + ":/config");
   const std::vector<int64_t> rounds = log.rounds();
@@ -28,6 +35,25 @@ int inspect_command(const InspectOptions& options) {
   const std::vector<std::string> names = log.metric_names();
   std::vector<std::vector<double>> columns;
   for (const auto& name : names) columns.push_back(log.metric(name));
+  if (!rounds.empty()) {
+    std::printf("\nmetrics over %zu rounds (first, last, min, max):\n", rounds.size());
+    for (size_t m = 0; m < names.size(); ++m) {
+      double first = NAN, last = NAN, low = INFINITY, high = -INFINITY;
+      for (double v : columns[m]) {
+        if (!std::isfinite(v)) continue;
+        if (std::isnan(first)) first = v;
+        last = v;
+        low = std::min(low, v);
+        high = std::max(high, v);
+      }
+      if (std::isnan(first)) continue;
+      // Padded by hand: printf widths count bytes, and each block is three.
+      const std::string line = sparkline(columns[m], 40);
+      const size_t glyphs = line.size() / 3;
+      std::printf("  %-22s %s%s %10.4g %10.4g %10.4g %10.4g\n", names[m].c_str(), line.c_str(),
+                  std::string(40 - glyphs, ' ').c_str(), first, last, low, high);
+    }
+  }
   const size_t shown = std::min<size_t>(rounds.size(), static_cast<size_t>(options.last));
   std::printf("\nlast %zu rounds:\n%8s", shown, "round");
   for (const auto& name : names) std::printf("  %14s", name.c_str());

@@ -1,4 +1,4 @@
-// fax-run: run federated experiments from YAML, list algorithm plugins, inspect run logs.
+// fax-run: run federated experiments from YAML, sweep and plot them, list algorithm plugins, inspect run logs.
 // Exit codes: 0 success, 2 a user error (bad input, reported as one line on stderr), 1 an
 // internal failure.
 
@@ -56,9 +56,44 @@ int main(int argc, char** argv) {
   add_plugin_dir_option(*plugins_cmd, plugins.plugin_dirs);
 
   fax::cli::InspectOptions inspect;
-  CLI::App* inspect_cmd = app.add_subcommand("inspect", "summarise a run log: settings, environment, last rounds");
-  inspect_cmd->add_option("run", inspect.run, "the run log")->required()->type_name("RUN.h5");
+  CLI::App* inspect_cmd =
+      app.add_subcommand("inspect", "summarise a run log (settings, environment, metric sparklines, last rounds) or a sweep index");
+  inspect_cmd->add_option("run", inspect.run, "a run log, or a sweep index (<dir>/sweep.h5)")->required()->type_name("RUN.h5");
   inspect_cmd->add_option("--last", inspect.last, "rounds to show")->check(CLI::PositiveNumber);
+
+  fax::cli::SweepOptions sweep;
+  CLI::App* sweep_cmd = app.add_subcommand(
+      "sweep", "run the trials of an experiment's sweep: section (or --grid) in parallel; resumable; ranks the trials");
+  sweep_cmd->add_option("experiment", sweep.experiment, "the experiment, a YAML file (with a sweep: section or --grid)")
+      ->required()->type_name("EXPERIMENT.yaml");
+  sweep_cmd->add_option("--grid", sweep.grid, "sweep a key over values, e.g. --grid algorithm.client_lr=0.01,0.1; repeatable")
+      ->type_name("KEY=V1,V2,...");
+  sweep_cmd->add_option("--set", sweep.overrides, "override a setting of every trial; repeatable")->type_name("KEY=VALUE");
+  sweep_cmd->add_option("-o,--output", sweep.output,
+                        "the sweep directory: a run log per trial and the index sweep.h5 (default: <experiment name>.sweep)")
+      ->type_name("DIR");
+  sweep_cmd->add_option("--executors", sweep.executors,
+                        "executors for all trials at once (default: one per hardware thread); trials left on automatic "
+                        "executors get one each")
+      ->check(CLI::Range(1, 1024));
+  sweep_cmd->add_option("--metric", sweep.metric, "rank trials by this metric's last logged value (default: eval/accuracy)")
+      ->type_name("NAME");
+  sweep_cmd->add_option("--mode", sweep.mode, "max or min (default: min for a metric named *loss, else max)")
+      ->check(CLI::IsMember({"max", "min"}));
+  sweep_cmd->add_flag("--retry-failed", sweep.retry_failed, "when resuming, run failed trials again");
+  add_plugin_dir_option(*sweep_cmd, sweep.plugin_dirs);
+  sweep_cmd->add_flag("-q,--quiet", sweep.quiet, "no progress output (the summary is still printed)");
+
+  fax::cli::PlotOptions plot;
+  CLI::App* plot_cmd = app.add_subcommand("plot", "draw a metric of run logs (or of a sweep's trials) as an SVG line chart");
+  plot_cmd->add_option("runs", plot.runs, "run logs, or sweep indexes (<dir>/sweep.h5: every finished trial)")
+      ->required()->type_name("FILE.h5...");
+  plot_cmd->add_option("--metric", plot.metric, "the metric to draw (default: eval/accuracy)")->type_name("NAME");
+  plot_cmd->add_option("-o,--output", plot.output, "the SVG file to write (default: plot.svg)")->type_name("OUT.svg");
+  plot_cmd->add_option("--title", plot.title, "the chart's title (default: the metric)");
+  plot_cmd->add_flag("--log-y", plot.log_y, "logarithmic y axis");
+  plot_cmd->add_option("--width", plot.width, "plot width in pixels, without the legend")->check(CLI::Range(200, 10000));
+  plot_cmd->add_option("--height", plot.height, "plot height in pixels")->check(CLI::Range(150, 10000));
 
   fax::cli::BenchOptions bench;
   CLI::App* bench_cmd = app.add_subcommand(
@@ -85,6 +120,8 @@ int main(int argc, char** argv) {
     if (resume_cmd->parsed()) return fax::cli::resume_command(resume);
     if (plugins_cmd->parsed()) return fax::cli::plugins_command(plugins);
     if (bench_cmd->parsed()) return fax::cli::bench_command(bench);
+    if (sweep_cmd->parsed()) return fax::cli::sweep_command(sweep);
+    if (plot_cmd->parsed()) return fax::cli::plot_command(plot);
     return fax::cli::inspect_command(inspect);
   } catch (const fax::Error& e) {
     std::fprintf(stderr, "fax-run: %s\n", e.what());

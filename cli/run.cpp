@@ -10,6 +10,7 @@
 #include <fax/error.h>
 #include <fax/experiment.h>
 #include <fax/run_log.h>
+#include <fax/sweep.h>
 
 #include "commands.h"
 #include "setup.h"
@@ -170,6 +171,10 @@ int run_command(const RunOptions& options) {
     std::printf("# fax-run %s: resolved settings of %s (algorithm plugin: %s)\n%s", FAX_VERSION,
                 options.experiment.c_str(), setup.plugin->path.c_str(), setup.config.to_yaml().c_str());
     return 0;
+  }
+  if (!options.quiet && !SweepSpec::from_file(options.experiment).empty()) {
+    std::printf("note: %s has a sweep: section; 'fax-run run' runs the experiment as written, 'fax-run sweep' its trials\n",
+                options.experiment.c_str());
   }
   const std::string output = options.output.empty()
                                  ? std::filesystem::path(options.experiment).stem().string() + ".h5"

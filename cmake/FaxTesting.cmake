@@ -5,7 +5,7 @@
 function(fax_add_test_executable name)
   cmake_parse_arguments(arg "" "LABEL" "SOURCES;LIBRARIES" ${ARGN})
   add_executable(${name} ${arg_SOURCES})
-  target_link_libraries(${name} PRIVATE fax::core GTest::gtest GTest::gtest_main ${arg_LIBRARIES})
+  target_link_libraries(${name} PRIVATE fax::core GTest::gmock GTest::gtest GTest::gtest_main ${arg_LIBRARIES})
   target_compile_options(${name} PRIVATE -Wall -Wextra)
   target_precompile_headers(${name} PRIVATE <ATen/ATen.h> <gtest/gtest.h> <torch/csrc/autograd/autograd.h> <fax/fax.h>)
   add_test(NAME ${arg_LABEL} COMMAND ${name} --gtest_brief=1)

@@ -235,6 +235,8 @@ Config Config::from_yaml(const std::string& text, const std::string& source) {
   Config config;
   if (root.IsNull()) return config;
   FAX_CHECK(root.IsMap(), "{}: an experiment is a YAML mapping of keys to values", origin_of(source, root.Mark()).str());
+  // The sweep: section describes trials, not a setting; fax-run sweep reads it (fax/sweep.h).
+  root.remove("sweep");
   std::vector<FlatSetting> flat;
   flatten(root, "", source, flat);
   for (auto& f : flat) config.put({f.name, f.text, f.value_origin, f.key_origin, f.text});
@@ -345,6 +347,12 @@ const std::string& Config::get_string(const std::string& name) const {
 }
 
 ConfigOrigin Config::origin(const std::string& name) const { return entry(name, "any").origin; }
+
+std::vector<std::pair<std::string, std::string>> Config::settings() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& e : entries_) out.emplace_back(e.name, resolved_ ? format_value(e.value) : e.text);
+  return out;
+}
 
 namespace {
 

@@ -4,8 +4,10 @@
 
 #include <hdf5.h>
 
+#include <functional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -88,5 +90,15 @@ inline at::ScalarType scalar_type_of(hid_t type, const std::string& path) {
 
 /// A variable-length UTF-8 string from a scalar dataset or attribute.
 std::string read_vlen_string(hid_t object, bool attribute, const std::string& path);
+
+// Writers (hdf5_write.cpp). `path` names the file in errors; datasets create the groups on the way.
+void write_string(hid_t file, const std::string& name, const std::string& value, const std::string& path);
+void write_strings(hid_t file, const std::string& name, const std::vector<std::string>& values, const std::string& path);
+void write_string_attribute(hid_t object, const std::string& name, const std::string& value, const std::string& path);
+/// A tensor as a dataset of its shape and type.
+void write_tensor(hid_t file, const std::string& name, const at::Tensor& tensor, const std::string& path);
+/// Writes a complete HDF5 file through `fill` into a temporary file renamed over `path`, so that
+/// `path` always holds a whole file, whenever the process dies.
+void write_atomically(const std::string& path, const std::function<void(hid_t)>& fill);
 
 }  // namespace fax::h5::detail

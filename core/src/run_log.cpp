@@ -16,58 +16,6 @@ namespace {
 using namespace h5::detail;
 namespace fs = std::filesystem;
 
-void write_string(hid_t file, const std::string& name, const std::string& value, const std::string& path) {
-  Handle type = utf8_string_type();
-  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  Handle ds(checked(H5Dcreate2(file, name.c_str(), type.get(), space.get(), intermediate_groups().get(), H5P_DEFAULT,
-                               H5P_DEFAULT),
-                    path, "create " + name),
-            H5Dclose);
-  const char* text = value.c_str();
-  checked(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &text), path, "write " + name);
-}
-
-void write_string_attribute(hid_t object, const std::string& name, const std::string& value, const std::string& path) {
-  Handle type = utf8_string_type();
-  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  Handle attr(checked(H5Acreate2(object, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), path,
-                      "create attribute " + name),
-              H5Aclose);
-  const char* text = value.c_str();
-  checked(H5Awrite(attr.get(), type.get(), &text), path, "write attribute " + name);
-}
-
-// A tensor as a dataset of its shape and type, creating the groups on the way.
-void write_tensor(hid_t file, const std::string& name, const at::Tensor& tensor, const std::string& path) {
-  const at::Tensor t = tensor.detach().cpu().contiguous();
-  std::vector<hsize_t> dims(t.sizes().begin(), t.sizes().end());
-  Handle space(t.dim() == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(t.dim(), dims.data(), nullptr), H5Sclose);
-  const hid_t type = native_type(t.scalar_type(), path);
-  Handle ds(checked(H5Dcreate2(file, name.c_str(), type, space.get(), intermediate_groups().get(), H5P_DEFAULT,
-                               H5P_DEFAULT),
-                    path, "create " + name),
-            H5Dclose);
-  if (t.numel() > 0) checked(H5Dwrite(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()), path, "write " + name);
-}
-
-// Writes a complete HDF5 file through `fill` into a temporary file renamed over `path`, so that
-// `path` always holds a whole file, whenever the process dies.
-void write_atomically(const std::string& path, const std::function<void(hid_t)>& fill) {
-  silence_hdf5_errors();
-  const std::string tmp = path + ".tmp";
-  {
-    // Attribute creation order is tracked so the environment reads back in the order it was written.
-    Handle props(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
-    H5Pset_attr_creation_order(props.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
-    Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, props.get(), H5P_DEFAULT), H5Fclose);
-    FAX_CHECK(file.get() >= 0, "{}: cannot create the run log (is the directory writable?)", path);
-    fill(file.get());
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  FAX_CHECK(!ec, "{}: cannot replace the run log: {}", path, ec.message());
-}
-
 std::string checkpoint_dir(const std::string& path) { return path + ".checkpoints"; }
 
 std::string checkpoint_file(const std::string& path, int64_t round) {

@@ -138,7 +138,7 @@ PY
     run_expect 2 "" -- "$FAX_RUN"
     ;;
   unwritable_output)
-    run_expect 2 "/nonexistent-dir/run\.h5: cannot create the run log" -- \
+    run_expect 2 "/nonexistent-dir/run\.h5: cannot create the file" -- \
       "$FAX_RUN" run "$experiment" -o /nonexistent-dir/run.h5 --set rounds=1
     ;;
   fmnist)
@@ -246,6 +246,162 @@ PY
     mib=$("$FAX_RUN" bench --rss-probe 8) || fail "the probe failed"
     [[ $mib =~ ^[0-9]+\.[0-9]$ ]] && (( ${mib%.*} > 50 )) || fail "not a plausible peak RSS in MiB: '$mib'"
     run_expect 2 "--executors: Value 0 not in range 1 to 1024" -- "$FAX_RUN" bench --executors 0
+    ;;
+  sweep_resume)
+    # A 2 x 2 grid x 2 seeds sweep, killed (-9) once two trials are done, then resumed: finished
+    # trials are not run again, every trial ends done, the best trial is named, and a trial that
+    # was cut off mid-run ends bit-identical to the same run made on its own.
+    write sweep.yaml <<YAML
+seed: 0
+rounds: 80
+cohort:
+  size: 10
+data:
+  name: synthetic
+  clients: 100
+model:
+  name: softmax_regression
+algorithm:
+  name: fedavg
+  batch_size: 10
+execution:
+  logical_shards: 2
+logging:
+  eval_every: 10
+  checkpoint_every: 5
+sweep:
+  grid:
+    algorithm.client_lr: [0.01, 0.05]
+    algorithm.server_lr: [0.5, 1.0]
+  seeds: [0, 1]
+YAML
+    dir="$WORK/sweep.sweep"
+    rm -rf "$dir"
+    "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$dir" --executors 2 > "$WORK/first.out" 2>&1 &
+    sweep_pid=$!
+    done_trials() {
+      "$PYTHON" - "$dir/sweep.h5" <<'PY' 2>/dev/null || echo 0
+import sys, h5py
+with h5py.File(sys.argv[1]) as f:
+    print(sum(s == b"done" for s in f["trials/status"][()]))
+PY
+    }
+    for _ in $(seq 1200); do (( $(done_trials) >= 2 )) && break; sleep 0.1; done
+    (( $(done_trials) >= 2 )) || fail "no two trials done in 120 s: $(cat "$WORK/first.out")"
+    # A second sweep in the same directory is refused while the first one lives.
+    run_expect 2 "sweep\.sweep: another fax-run sweep \(pid $sweep_pid\) is running in this directory" -- \
+      "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$dir"
+    kill -9 $sweep_pid
+    wait $sweep_pid 2>/dev/null
+    "$PYTHON" - "$dir/sweep.h5" > "$WORK/before" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1]) as f:
+    for name, status in zip(f["trials/name"][()], f["trials/status"][()]):
+        print(name.decode(), status.decode())
+PY
+    finished=$(awk '$2 == "done" {print $1}' "$WORK/before")
+    cut=$(awk '$2 == "running" {print $1; exit}' "$WORK/before")
+    (( $(echo "$finished" | wc -w) < 8 )) || fail "the sweep finished before the kill"
+    for t in $finished; do sha256sum "$dir/$t.h5"; done > "$WORK/finished.sha"
+    run_expect 0 "" -- "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$dir" --executors 2
+    grep -q "resuming: $(echo "$finished" | wc -w) done" "$WORK/stdout" || fail "no resume line: $(cat "$WORK/stdout")"
+    for t in $finished; do
+      ! grep -q "] $t " "$WORK/stdout" || fail "finished $t ran again: $(cat "$WORK/stdout")"
+    done
+    sha256sum -c --quiet "$WORK/finished.sha" || fail "a finished trial's log changed"
+    [[ $(grep -c "^\[[0-9]/8 done\]" "$WORK/stdout") -eq $((8 - $(echo "$finished" | wc -w))) ]] \
+      || fail "expected one line per remaining trial: $(cat "$WORK/stdout")"
+    best=$(sed -n 's/^best trial: \(trial-[0-9]*\) .*/\1/p' "$WORK/stdout")
+    "$PYTHON" - "$dir/sweep.h5" "$best" <<'PY' || fail "index: $(cat "$WORK/stdout")"
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1]) as f:
+    assert all(s == b"done" for s in f["trials/status"][()]), f["trials/status"][()]
+    acc = f["trials/final/eval/accuracy"][()]
+    names = [n.decode() for n in f["trials/name"][()]]
+    assert names[int(np.argmax(acc))] == sys.argv[2], (names, acc, sys.argv[2])
+    assert f["sweep/metric"][()].decode() == "eval/accuracy" and f["sweep/mode"][()].decode() == "max"
+PY
+    [[ -n $cut ]] || cut=trial-0008
+    overrides=$("$PYTHON" - "$dir/sweep.h5" "$cut" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1]) as f:
+    names = [n.decode() for n in f["trials/name"][()]]
+    print(" ".join("--set " + o for o in f["trials/overrides"][()][names.index(sys.argv[2])].decode().split("\n")))
+PY
+)
+    # shellcheck disable=SC2086
+    run_expect 0 "" -- "$FAX_RUN" run "$WORK/sweep.yaml" -q -o "$WORK/alone.h5" $overrides
+    "$PYTHON" - "$dir/$cut.h5" "$WORK/alone.h5" <<'PY' || fail "$cut differs from the same run made alone"
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+names = []
+a["metrics"].visit(lambda n: names.append(n) if isinstance(a["metrics"][n], h5py.Dataset) else None)
+names = [n for n in names if not n.startswith("time/")]
+assert "eval/accuracy" in names and len(a["metrics/round"]) == 80
+for n in names:
+    assert np.array_equal(a["metrics"][n][()], b["metrics"][n][()], equal_nan=True), n
+PY
+    run_expect 0 "" -- "$FAX_RUN" inspect "$dir/sweep.h5"
+    grep -q "^best trial: $best " "$WORK/stdout" && grep -q "8 done" "$WORK/stdout" || fail "inspect: $(cat "$WORK/stdout")"
+    ;;
+  sweep_errors)
+    run_expect 2 "synthetic_fedavg\.yaml: nothing to sweep: add a sweep: section" -- "$FAX_RUN" sweep "$experiment" -o "$WORK/none"
+    run_expect 2 "^fax-run: trial-0002 \(algorithm\.client_lr=fast\): --set algorithm\.client_lr=fast: algorithm\.client_lr: expected a float" -- \
+      "$FAX_RUN" sweep "$experiment" -o "$WORK/bad" --grid algorithm.client_lr=0.1,fast
+    [[ ! -e "$WORK/bad" ]] || fail "a sweep that cannot start created its directory"
+    run_expect 2 "--grid: 'rounds' is not key=value" -- "$FAX_RUN" sweep "$experiment" --grid rounds
+    # A trial that fails at run time fails alone; the sweep reports it and exits 2.
+    run_expect 2 "^fax-run: 1 of 2 trials failed" -- "$FAX_RUN" sweep "$experiment" -o "$WORK/fails" --set rounds=3 \
+      --grid cohort.size=5,1000
+    grep -q "^failed: trial-0002 (cohort.size=1000): .*cohort" "$WORK/stdout" || fail "no failure line: $(cat "$WORK/stdout")"
+    grep -q "^best trial: trial-0001 " "$WORK/stdout" || fail "no best trial: $(cat "$WORK/stdout")"
+    grep -q "cohort" "$WORK/fails/trial-0002.log" || fail "the trial's log lacks its error"
+    # Resuming skips the failed trial unless asked.
+    run_expect 2 "^fax-run: 1 of 2 trials failed" -- "$FAX_RUN" sweep "$experiment" -o "$WORK/fails" --set rounds=3 \
+      --grid cohort.size=5,1000
+    grep -q "resuming: 1 done, 0 to run" "$WORK/stdout" || fail "failed trial rerun: $(cat "$WORK/stdout")"
+    # Another grid in the same directory is refused.
+    run_expect 2 "fails/sweep\.h5: holds a sweep of another experiment, --set or trial list" -- \
+      "$FAX_RUN" sweep "$experiment" -o "$WORK/fails" --set rounds=3 --grid cohort.size=5,6
+    ;;
+  plot_svg)
+    for lr in 0.01 0.1; do
+      run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/lr$lr.h5" --set rounds=30 --set algorithm.client_lr=$lr
+    done
+    run_expect 0 "" -- "$FAX_RUN" plot "$WORK/lr0.01.h5" "$WORK/lr0.1.h5" --metric train/loss --log-y -o "$WORK/loss.svg"
+    "$PYTHON" - "$WORK/loss.svg" <<'PY' || fail "the SVG is not the chart expected"
+import sys, xml.etree.ElementTree as ET
+ns = {"s": "http://www.w3.org/2000/svg"}
+root = ET.parse(sys.argv[1]).getroot()
+assert root.tag == "{http://www.w3.org/2000/svg}svg"
+lines = root.findall(".//s:polyline", ns)
+assert len(lines) == 2 and all(len(l.get("points").split()) == 30 for l in lines), [l.get("points") for l in lines]
+legend = [t.text for t in root.findall(".//s:text[@class='legend']", ns)]
+assert legend == ["algorithm.client_lr=0.01", "algorithm.client_lr=0.1"], legend
+axes = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text") if (t.get("class") or "").startswith("axis-label")]
+assert axes == ["round", "train/loss (log scale)"], axes
+PY
+    run_expect 2 "lr0\.01\.h5: no metric 'eval/acc' \(it has: eval/accuracy, " -- \
+      "$FAX_RUN" plot "$WORK/lr0.01.h5" --metric eval/acc -o "$WORK/x.svg"
+    run_expect 0 "" -- "$FAX_RUN" inspect "$WORK/lr0.1.h5" --last 1
+    grep -q "^  train/loss  *[▁▂▃▄▅▆▇█]\{30\} " "$WORK/stdout" || fail "no sparkline: $(cat "$WORK/stdout")"
+    ;;
+  plot_chromium)
+    # The chart as a browser draws it: a headless Chromium screenshot must show both series' colours.
+    browser=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
+    if [[ -z $browser ]]; then
+      echo "SKIP: no Chromium here (apt-get install chromium); the SVG's structure is checked by cli.plot_svg"
+      exit 77
+    fi
+    for lr in 0.01 0.1; do
+      run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/lr$lr.h5" --set rounds=20 --set algorithm.client_lr=$lr
+    done
+    run_expect 0 "" -- "$FAX_RUN" plot "$WORK/lr0.01.h5" "$WORK/lr0.1.h5" --metric train/loss -o "$WORK/chart.svg"
+    rm -f "$WORK/chart.png"
+    timeout 60 "$browser" --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1000,480 \
+      --screenshot="$WORK/chart.png" "file://$WORK/chart.svg" > "$WORK/chromium.log" 2>&1 \
+      || fail "chromium failed: $(tail -5 "$WORK/chromium.log")"
+    "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/png_colours.py" "$WORK/chart.png" 1f77b4 ff7f0e || fail "the screenshot lacks a series"
     ;;
   *)
     fail "unknown case $1"

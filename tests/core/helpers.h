@@ -6,6 +6,7 @@
 #include <functional>
 
 #include <ATen/ATen.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fax/fax.h>

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -68,7 +69,8 @@ struct ConfigOrigin {
 /// resolve(), every key of the schema with its typed value (the user's or the default).
 class Config {
  public:
-  /// Parses YAML text. `source` names it in errors (the file path).
+  /// Parses YAML text. `source` names it in errors (the file path). A top-level sweep: section
+  /// is skipped: it belongs to fax-run sweep (fax/sweep.h).
   static Config from_yaml(const std::string& text, const std::string& source);
   static Config from_file(const std::string& path);
 
@@ -93,6 +95,9 @@ class Config {
   const std::string& get_string(const std::string& name) const;
   /// Where the value of `name` came from ("default" for defaults).
   ConfigOrigin origin(const std::string& name) const;
+
+  /// Every setting as (dotted name, value text), in order: schema order once resolved.
+  std::vector<std::pair<std::string, std::string>> settings() const;
 
   /// The resolved settings as nested YAML, in schema order.
   std::string to_yaml() const;

@@ -1,0 +1,357 @@
+// fax-run sweep: trials of an experiment as child fax-run processes, a sweep index, a summary.
+//
+// Each trial is `fax-run run` (or `fax-run resume`, for a trial an interrupted sweep left behind)
+// in its own process, writing <dir>/<trial>.h5 with its output in <dir>/<trial>.log: a trial that
+// crashes or diverges fails alone. The sweep holds <dir>/sweep.lock; the children inherit the
+// lock, so a sweep resumed after a kill -9 waits until the old trials (stopped by their parent's
+// death signal, checkpointed) have let go of the directory.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include <fax/error.h>
+#include <fax/run_log.h>
+#include <fax/sweep.h>
+
+#include "commands.h"
+#include "setup.h"
+
+namespace fax::cli {
+namespace {
+namespace fs = std::filesystem;
+
+using Clock = std::chrono::steady_clock;
+
+std::atomic<int> sweep_signal{0};
+void on_sweep_signal(int signal) { sweep_signal = signal; }
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  FAX_CHECK(in.good(), "{}: cannot open the experiment file", path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// The last non-empty line a trial wrote: its one-line error when it failed.
+std::string last_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  return last.empty() ? "no output (see " + path + ")" : last;
+}
+
+// Each metric's last finite value in a run log.
+std::vector<std::pair<std::string, double>> final_metrics(const std::string& run) {
+  const RunLogReader log(run);
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& name : log.metric_names()) {
+    const std::vector<double> values = log.metric(name);
+    for (auto it = values.rbegin(); it != values.rend(); ++it) {
+      if (std::isfinite(*it)) {
+        out.emplace_back(name, *it);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+bool readable_run_log(const std::string& path) {
+  if (!fs::exists(path)) return false;
+  try {
+    RunLogReader log(path);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// Holds <dir>/sweep.lock. A sweep that is alive refuses a second one; trials of a dead sweep are
+// waited for (they hold the lock until they have checkpointed and exited).
+class DirectoryLock {
+ public:
+  explicit DirectoryLock(const std::string& dir, bool quiet) {
+    const std::string path = dir + "/sweep.lock";
+    // Not close-on-exec: the trials inherit the lock.
+    fd_ = open(path.c_str(), O_RDWR | O_CREAT, 0644);
+    FAX_CHECK(fd_ >= 0, "{}: cannot create the sweep lock: {}", path, std::strerror(errno));
+    if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      char text[32] = {};
+      const ssize_t n = pread(fd_, text, sizeof text - 1, 0);
+      const pid_t owner = n > 0 ? static_cast<pid_t>(std::atoi(text)) : 0;
+      FAX_CHECK(owner <= 0 || kill(owner, 0) != 0, "{}: another fax-run sweep (pid {}) is running in this directory",
+                dir, owner);
+      if (!quiet) std::printf("waiting for the trials of an earlier sweep in %s to stop...\n", dir.c_str());
+      std::fflush(stdout);
+      flock(fd_, LOCK_EX);
+    }
+    const std::string pid = std::to_string(getpid()) + "\n";
+    if (ftruncate(fd_, 0) != 0 || pwrite(fd_, pid.data(), pid.size(), 0) < 0) warn(path + ": cannot record the sweep's pid");
+  }
+  ~DirectoryLock() { close(fd_); }
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// Starts `args` as a child fax-run writing stdout and stderr to `log`. The child is in its own
+// process group (a Ctrl-C reaches the sweep, which stops the trials with one SIGTERM) and gets
+// SIGTERM when the sweep dies, so a killed sweep leaves checkpointed trials behind.
+pid_t launch(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const int out = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  FAX_CHECK(out >= 0, "{}: cannot create the trial's log: {}", log, std::strerror(errno));
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(128 + SIGTERM);
+    dup2(out, STDOUT_FILENO);
+    dup2(out, STDERR_FILENO);
+    execv("/proc/self/exe", argv.data());
+    _exit(127);
+  }
+  close(out);
+  FAX_CHECK(pid > 0, "cannot start a trial process: {}", std::strerror(errno));
+  return pid;
+}
+
+struct Running {
+  size_t trial;
+  Clock::time_point start;
+};
+
+std::string format_value(double v) { return std::isnan(v) ? "-" : fmt::format("{:.4f}", v); }
+
+}  // namespace
+
+void print_sweep_summary(const SweepIndex& index, const std::string& path, size_t top) {
+  std::map<std::string, int> counts;
+  for (const auto& t : index.trials) ++counts[t.status];
+  std::string tally;
+  for (const auto& [status, n] : counts) tally += fmt::format(", {} {}", n, status);
+  std::printf("sweep %s: %zu trials%s; ranked by %s (%s of its last logged value)\n", path.c_str(),
+              index.trials.size(), tally.c_str(), index.metric.c_str(), index.maximize ? "max" : "min");
+  const int64_t best = best_trial(index);
+  const std::string dir = fs::path(path).parent_path().string();
+  if (best < 0) {
+    std::printf("no finished trial logged %s\n", index.metric.c_str());
+  } else {
+    const TrialRecord& b = index.trials[static_cast<size_t>(best)];
+    std::printf("best trial: %s (%s): %s %.4f; log %s\n", b.name.c_str(), b.trial().label().c_str(),
+                index.metric.c_str(), b.value(index.metric),
+                (fs::path(dir) / (b.name + ".h5")).string().c_str());
+  }
+  const auto settings = summarize(index);
+  if (!settings.empty()) {
+    std::printf("%6s  %-24s %5s  %s\n", "rank", (index.metric + " mean ± std").c_str(), "runs", "setting");
+    for (size_t r = 0; r < settings.size() && r < top; ++r) {
+      const auto& s = settings[r];
+      std::printf("%6zu  %-24s %5zu  %s\n", r + 1, fmt::format("{:.4f} ± {:.4f}", s.mean, s.std).c_str(),
+                  s.trials.size(), s.setting.empty() ? "(the experiment as written)" : s.setting.c_str());
+    }
+    if (settings.size() > top) std::printf("   ... %zu more settings\n", settings.size() - top);
+  }
+  for (const auto& t : index.trials) {
+    if (t.status == "failed") std::printf("failed: %s (%s): %s\n", t.name.c_str(), t.trial().label().c_str(), t.message.c_str());
+  }
+}
+
+int sweep_command(const SweepOptions& options) {
+  SweepSpec spec = SweepSpec::from_file(options.experiment);
+  for (const auto& g : options.grid) spec.add_grid(g);
+  if (!options.metric.empty() || !options.mode.empty()) {
+    spec.set_metric(options.metric.empty() ? spec.metric : options.metric, options.mode);
+  }
+  FAX_CHECK(!spec.empty(),
+            "{}: nothing to sweep: add a sweep: section (grid, random, seeds) or --grid key=v1,v2", options.experiment);
+  const std::vector<Trial> trials = expand(spec);
+
+  // Every trial is resolved now, so a typo in a value fails before hours of other trials.
+  const PluginLoader loader(options.plugin_dirs);
+  bool fixed_executors = false;
+  int64_t executors_per_trial = 1;
+  for (const auto& t : trials) {
+    std::vector<std::string> overrides = options.overrides;
+    for (const auto& [key, value] : t.overrides) overrides.push_back(key + "=" + value);
+    try {
+      const ExperimentSetup setup = load_experiment(options.experiment, overrides, loader);
+      // Results never depend on the executor count, so trials the experiment leaves on automatic
+      // get one executor each and the budget runs that many trials at once.
+      fixed_executors = setup.config.get_int("execution.executors") > 0;
+      if (fixed_executors) executors_per_trial = std::max(executors_per_trial, setup.config.get_int("execution.executors"));
+    } catch (const Error& e) {
+      throw Error(fmt::format("{} ({}): {}", t.name, t.label(), e.what()));
+    }
+  }
+  const int budget = options.executors > 0 ? options.executors : std::max(1u, std::thread::hardware_concurrency());
+  const size_t slots = static_cast<size_t>(std::max<int64_t>(1, budget / executors_per_trial));
+
+  const std::string dir = options.output.empty()
+                              ? fs::path(options.experiment).stem().string() + ".sweep"
+                              : options.output;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  FAX_CHECK(!ec, "{}: cannot create the sweep directory: {}", dir, ec.message());
+  const DirectoryLock lock(dir, options.quiet);
+  const std::string index_path = (fs::path(dir) / "sweep.h5").string();
+  auto trial_path = [&](const std::string& name, const char* ext) { return (fs::path(dir) / (name + ext)).string(); };
+
+  SweepIndex index;
+  const std::string experiment_text = read_text(options.experiment);
+  size_t already = 0;
+  if (fs::exists(index_path)) {
+    index = SweepIndex::read(index_path);
+    bool same = index.experiment == experiment_text && index.base == options.overrides && index.trials.size() == trials.size();
+    for (size_t i = 0; same && i < trials.size(); ++i)
+      same = index.trials[i].name == trials[i].name && index.trials[i].overrides == trials[i].overrides;
+    FAX_CHECK(same, "{}: holds a sweep of another experiment, --set or trial list; resuming needs the same experiment "
+                    "file and options (or choose another directory with -o)", index_path);
+    for (auto& t : index.trials) {
+      const bool done = t.status == "done" && fs::exists(trial_path(t.name, ".h5"));
+      const bool keep_failed = t.status == "failed" && !options.retry_failed;
+      if (!done && !keep_failed) {
+        t.status = "pending";
+        t.message.clear();
+      }
+      already += done;
+    }
+  } else {
+    index.experiment = experiment_text;
+    index.base = options.overrides;
+    for (const auto& t : trials) {
+      TrialRecord record;
+      record.name = t.name;
+      record.overrides = t.overrides;
+      index.trials.push_back(std::move(record));
+    }
+  }
+  index.metric = spec.metric;
+  index.maximize = spec.maximize;
+  index.write(index_path);
+
+  size_t pending = 0;
+  for (const auto& t : index.trials) pending += t.status == "pending";
+  if (!options.quiet) {
+    std::printf("fax-run sweep %s: %zu trials, ranked by %s (%s)%s\n  dir: %s; %zu at a time, %lld executor%s each\n",
+                options.experiment.c_str(), trials.size(), spec.metric.c_str(), spec.maximize ? "max" : "min",
+                already > 0 ? fmt::format("; resuming: {} done, {} to run", already, pending).c_str() : "",
+                dir.c_str(), slots, static_cast<long long>(executors_per_trial), executors_per_trial > 1 ? "s" : "");
+    std::fflush(stdout);
+  }
+
+  struct sigaction action {};
+  action.sa_handler = on_sweep_signal;
+  sigemptyset(&action.sa_mask);
+  struct sigaction previous_int {}, previous_term {};
+  sweep_signal = 0;
+  sigaction(SIGINT, &action, &previous_int);
+  sigaction(SIGTERM, &action, &previous_term);
+
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  std::map<pid_t, Running> running;
+  size_t next = 0, finished = already;
+  bool stopping = false;
+  while (true) {
+    while (!stopping && running.size() < slots && next < index.trials.size()) {
+      TrialRecord& t = index.trials[next];
+      if (t.status != "pending") {
+        ++next;
+        continue;
+      }
+      const std::string run = trial_path(t.name, ".h5");
+      std::vector<std::string> args;
+      if (readable_run_log(run)) {
+        args = {self, "resume", run, "-q"};
+      } else {
+        args = {self, "run", options.experiment, "-q", "-o", run};
+        for (const auto& o : options.overrides) args.insert(args.end(), {"--set", o});
+        for (const auto& [key, value] : t.overrides) args.insert(args.end(), {"--set", key + "=" + value});
+        if (!fixed_executors) args.insert(args.end(), {"--set", "execution.executors=1"});
+      }
+      for (const auto& d : options.plugin_dirs) args.insert(args.end(), {"--plugin-dir", d});
+      running[launch(args, trial_path(t.name, ".log"))] = {next, Clock::now()};
+      t.status = "running";
+      index.write(index_path);
+      ++next;
+    }
+    if (running.empty()) break;
+    if (sweep_signal != 0 && !stopping) {
+      stopping = true;
+      for (const auto& r : running) kill(r.first, SIGTERM);
+    }
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
+    const auto it = running.find(pid);
+    if (it == running.end()) continue;
+    TrialRecord& t = index.trials[it->second.trial];
+    t.seconds += std::chrono::duration<double>(Clock::now() - it->second.start).count();
+    running.erase(it);
+    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    // A trial stopped before its signal handlers exist dies of the SIGTERM itself.
+    const bool interrupted = stopping && ((WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM) ||
+                                          (WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM));
+    std::string outcome;
+    if (ok) {
+      t.status = "done";
+      t.final = final_metrics(trial_path(t.name, ".h5"));
+      ++finished;
+      outcome = fmt::format("done in {:.1f}s: {} {}", t.seconds, spec.metric, format_value(t.value(spec.metric)));
+    } else if (interrupted) {
+      t.status = "pending";
+      outcome = "stopped (checkpointed; resumes with the sweep)";
+    } else {
+      t.status = "failed";
+      t.message = WIFSIGNALED(status) ? fmt::format("killed by signal {}", WTERMSIG(status))
+                                      : last_line(trial_path(t.name, ".log"));
+      outcome = "failed: " + t.message;
+    }
+    index.write(index_path);
+    if (!options.quiet) {
+      std::printf("[%zu/%zu done] %s %s: %s\n", finished, index.trials.size(), t.name.c_str(), t.trial().label().c_str(),
+                  outcome.c_str());
+      std::fflush(stdout);
+    }
+  }
+  sigaction(SIGINT, &previous_int, nullptr);
+  sigaction(SIGTERM, &previous_term, nullptr);
+
+  if (stopping) {
+    std::fprintf(stderr, "fax-run: sweep stopped by signal %d with %zu of %zu trials done; continue with 'fax-run sweep %s -o %s'\n",
+                 sweep_signal.load(), finished, index.trials.size(), options.experiment.c_str(), dir.c_str());
+    return 128 + sweep_signal.load();
+  }
+  if (!options.quiet) std::printf("\n");
+  print_sweep_summary(index, index_path, 20);
+  size_t failed = 0;
+  for (const auto& t : index.trials) failed += t.status == "failed";
+  FAX_CHECK(failed == 0, "{} of {} trials failed (their logs: {}/trial-*.log; rerun them with --retry-failed)", failed,
+            index.trials.size(), dir);
+  return 0;
+}
+
+}  // namespace fax::cli

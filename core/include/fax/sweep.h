@@ -1,0 +1,122 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace fax {
+
+/// One setting a trial changes, as `--set` takes it: {"algorithm.client_lr", "0.1"}.
+using Override = std::pair<std::string, std::string>;
+
+/// A key drawn at random for each sample of a random search.
+struct RandomKey {
+  enum class Kind { LogUniform, Uniform, IntUniform, Choice };
+  std::string key;
+  Kind kind = Kind::Uniform;
+  double low = 0;   ///< numeric kinds: inclusive bounds
+  double high = 0;
+  std::vector<std::string> choices;  ///< Choice
+};
+
+/// What a sweep runs: the `sweep:` section of an experiment file plus `--grid` options.
+///
+///   sweep:
+///     grid:                                 # every combination, first key varying slowest
+///       algorithm.client_lr: [0.01, 0.1]
+///     random:                               # `samples` draws per grid point
+///       samples: 4
+///       seed: 0
+///       algorithm.server_lr: {log_uniform: [0.001, 1]}   # also uniform, int_uniform, choice
+///     seeds: [0, 1]                         # or repeats: R (the experiment's seed, +1, ...)
+///     metric: eval/accuracy                 # ranks trials by its last logged value
+///     mode: max                             # default: min for a metric named *loss, else max
+struct SweepSpec {
+  std::vector<std::pair<std::string, std::vector<std::string>>> grid;
+  std::vector<RandomKey> random;
+  int64_t samples = 0;
+  uint64_t sample_seed = 0;
+  std::vector<std::string> seeds;  ///< empty: every trial keeps the experiment's seed
+  std::string metric = "eval/accuracy";
+  bool maximize = true;
+
+  /// The sweep: section of an experiment (YAML text; `source` names it in errors). An experiment
+  /// without one gives an empty spec.
+  static SweepSpec from_yaml(const std::string& text, const std::string& source);
+  static SweepSpec from_file(const std::string& path);
+
+  /// No grid, no random keys, no seeds: nothing to sweep.
+  bool empty() const { return grid.empty() && random.empty() && seeds.empty(); }
+  /// "--grid key=v1,v2": adds a grid axis, replacing one over the same key.
+  void add_grid(const std::string& assignment);
+  /// Sets the metric; the mode follows its name unless `mode` is "max" or "min".
+  void set_metric(const std::string& metric, const std::string& mode = "");
+};
+
+/// One run of a sweep.
+struct Trial {
+  std::string name;  ///< "trial-0001": its run log is <sweep dir>/<name>.h5
+  std::vector<Override> overrides;
+
+  /// "algorithm.client_lr=0.1 seed=1"
+  std::string label() const;
+  /// The label without the seed: trials with the same setting are repeats over seeds.
+  std::string setting() const;
+};
+
+/// The trials of a sweep, in a fixed order: grid points, then random samples, then seeds.
+std::vector<Trial> expand(const SweepSpec& spec);
+
+/// What the sweep index records of a trial.
+struct TrialRecord {
+  std::string name;
+  std::vector<Override> overrides;
+  std::string status = "pending";  ///< pending, running, done, failed
+  double seconds = 0;              ///< wall time of the run (all attempts)
+  std::string message;             ///< failed: the trial's error line
+  std::vector<std::pair<std::string, double>> final;  ///< each metric's last logged (non-NaN) value
+
+  Trial trial() const { return {name, overrides}; }
+  /// The final value of `metric`, NaN when the trial is not done or never logged it.
+  double value(const std::string& metric) const;
+};
+
+/// The sweep index, <sweep dir>/sweep.h5 (HDF5):
+///   /sweep/experiment          the experiment file's text (string)
+///   /sweep/base                the --set overrides applied to every trial, one per line
+///   /sweep/metric, /sweep/mode the ranking metric and "max" or "min"
+///   /trials/name               strings [T]
+///   /trials/overrides          strings [T]: the trial's overrides, one "key=value" per line
+///   /trials/status             strings [T]: pending, running, done, failed
+///   /trials/message            strings [T]: a failed trial's error
+///   /trials/seconds            float64 [T]
+///   /trials/final/<metric>     float64 [T]: last logged value; NaN where not done or not logged
+/// Written whole into a temporary file renamed over the old one, like the run log.
+struct SweepIndex {
+  std::string experiment;
+  std::vector<std::string> base;
+  std::string metric;
+  bool maximize = true;
+  std::vector<TrialRecord> trials;
+
+  void write(const std::string& path) const;
+  static SweepIndex read(const std::string& path);
+  /// Whether the HDF5 file at `path` is a sweep index (not a run log).
+  static bool is_index(const std::string& path);
+};
+
+/// Trials with the same setting (overrides but the seed), summarised over their finished seeds.
+struct SettingSummary {
+  std::string setting;
+  std::vector<size_t> trials;  ///< indices into the index's trials, done ones only
+  double mean = 0;
+  double std = 0;  ///< sample standard deviation (n - 1); 0 for one trial
+};
+
+/// Settings with at least one finished trial that logged the metric, best mean first.
+std::vector<SettingSummary> summarize(const SweepIndex& index);
+/// The index of the best finished trial by the index's metric, or -1 when none finished.
+int64_t best_trial(const SweepIndex& index);
+
+}  // namespace fax

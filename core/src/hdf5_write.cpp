@@ -1,0 +1,73 @@
+// HDF5 writers shared by the run log and the sweep index.
+
+#include <filesystem>
+
+#include <ATen/ATen.h>
+
+#include "hdf5_util.h"
+
+namespace fax::h5::detail {
+
+void write_string(hid_t file, const std::string& name, const std::string& value, const std::string& path) {
+  Handle type = utf8_string_type();
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  Handle ds(checked(H5Dcreate2(file, name.c_str(), type.get(), space.get(), intermediate_groups().get(), H5P_DEFAULT,
+                               H5P_DEFAULT),
+                    path, "create " + name),
+            H5Dclose);
+  const char* text = value.c_str();
+  checked(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &text), path, "write " + name);
+}
+
+void write_strings(hid_t file, const std::string& name, const std::vector<std::string>& values, const std::string& path) {
+  Handle type = utf8_string_type();
+  const hsize_t n = values.size();
+  Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  Handle ds(checked(H5Dcreate2(file, name.c_str(), type.get(), space.get(), intermediate_groups().get(), H5P_DEFAULT,
+                               H5P_DEFAULT),
+                    path, "create " + name),
+            H5Dclose);
+  std::vector<const char*> texts;
+  for (const auto& v : values) texts.push_back(v.c_str());
+  if (n > 0) checked(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, texts.data()), path, "write " + name);
+}
+
+void write_string_attribute(hid_t object, const std::string& name, const std::string& value, const std::string& path) {
+  Handle type = utf8_string_type();
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  Handle attr(checked(H5Acreate2(object, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), path,
+                      "create attribute " + name),
+              H5Aclose);
+  const char* text = value.c_str();
+  checked(H5Awrite(attr.get(), type.get(), &text), path, "write attribute " + name);
+}
+
+void write_tensor(hid_t file, const std::string& name, const at::Tensor& tensor, const std::string& path) {
+  const at::Tensor t = tensor.detach().cpu().contiguous();
+  std::vector<hsize_t> dims(t.sizes().begin(), t.sizes().end());
+  Handle space(t.dim() == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(t.dim(), dims.data(), nullptr), H5Sclose);
+  const hid_t type = native_type(t.scalar_type(), path);
+  Handle ds(checked(H5Dcreate2(file, name.c_str(), type, space.get(), intermediate_groups().get(), H5P_DEFAULT,
+                               H5P_DEFAULT),
+                    path, "create " + name),
+            H5Dclose);
+  if (t.numel() > 0) checked(H5Dwrite(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()), path, "write " + name);
+}
+
+void write_atomically(const std::string& path, const std::function<void(hid_t)>& fill) {
+  silence_hdf5_errors();
+  const std::string tmp = path + ".tmp";
+  {
+    // Attribute creation order is tracked so the environment reads back in the order it was written.
+    Handle props(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
+    H5Pset_attr_creation_order(props.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
+    Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, props.get(), H5P_DEFAULT), H5Fclose);
+    FAX_CHECK(file.get() >= 0, "{}: cannot create the file (is the directory writable?)", path);
+    fill(file.get());
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  FAX_CHECK(!ec, "{}: cannot replace the file: {}", path, ec.message());
+}
+
+}  // namespace fax::h5::detail
