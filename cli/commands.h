@@ -50,6 +50,7 @@ struct SweepOptions {
   std::string metric;  ///< empty: the sweep section's (default eval/accuracy)
   std::string mode;    ///< empty: the sweep section's, else max / min
   bool retry_failed = false;
+  bool dry_run = false;
   bool quiet = false;
 };
 

@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
   sweep_cmd->add_option("--mode", sweep.mode, "max or min (default: min for a metric named *loss, else max)")
       ->check(CLI::IsMember({"max", "min"}));
   sweep_cmd->add_flag("--retry-failed", sweep.retry_failed, "when resuming, run failed trials again");
+  sweep_cmd->add_flag("--dry-run", sweep.dry_run, "validate every trial, list them and stop");
   add_plugin_dir_option(*sweep_cmd, sweep.plugin_dirs);
   sweep_cmd->add_flag("-q,--quiet", sweep.quiet, "no progress output (the summary is still printed)");
 

@@ -19,6 +19,7 @@ namespace fs = std::filesystem;
 
 struct Run {
   std::string path;
+  /// What tells it apart: a sweep trial's overrides, or a run log's whole resolved config.
   std::vector<std::pair<std::string, std::string>> settings;
 };
 
@@ -26,19 +27,16 @@ struct Run {
 std::vector<Run> collect_runs(const std::vector<std::string>& files) {
   std::vector<Run> runs;
   for (const auto& file : files) {
-    std::vector<std::string> paths{file};
-    if (SweepIndex::is_index(file)) {
-      paths.clear();
-      const SweepIndex index = SweepIndex::read(file);
-      for (const auto& t : index.trials) {
-        if (t.status == "done") paths.push_back((fs::path(file).parent_path() / (t.name + ".h5")).string());
-      }
-      if (paths.empty()) warn(file + ": no finished trial to plot");
+    if (!SweepIndex::is_index(file)) {
+      runs.push_back({file, Config::from_yaml(RunLogReader(file).config(), file + ":/config").settings()});
+      continue;
     }
-    for (const auto& path : paths) {
-      const RunLogReader log(path);
-      runs.push_back({path, Config::from_yaml(log.config(), path + ":/config").settings()});
+    const SweepIndex index = SweepIndex::read(file);
+    const size_t before = runs.size();
+    for (const auto& t : index.trials) {
+      if (t.status == "done") runs.push_back({(fs::path(file).parent_path() / (t.name + ".h5")).string(), t.overrides});
     }
+    if (runs.size() == before) warn(file + ": no finished trial to plot");
   }
   FAX_CHECK(!runs.empty(), "nothing to plot: no run log among {}", fmt::join(files, ", "));
   return runs;
@@ -50,28 +48,42 @@ const std::string* find_setting(const Run& run, const std::string& key) {
   return nullptr;
 }
 
-// A legend label per run: the settings that differ between the runs (the executor count never
-// changes a result, so it is left out); the file name when nothing differs.
-std::vector<std::string> labels(const std::vector<Run>& runs) {
-  std::vector<std::string> out(runs.size());
-  // The seed goes last: curves are told apart by their settings first.
-  std::vector<std::pair<std::string, std::string>> keys = runs.front().settings;
-  std::stable_partition(keys.begin(), keys.end(), [](const auto& s) { return s.first != "seed"; });
-  for (const auto& [key, value] : keys) {
+struct Legend {
+  std::string label;
+  std::string setting;  ///< the label without the seed: one colour per setting
+  std::string seed;
+};
+
+// A legend entry per run: the settings that differ between the runs, in first-seen order with the
+// seed last (the executor count never changes a result, so it is left out); the file name when
+// nothing differs.
+std::vector<Legend> legends(const std::vector<Run>& runs) {
+  std::vector<std::string> keys;
+  for (const auto& run : runs)
+    for (const auto& s : run.settings)
+      if (std::find(keys.begin(), keys.end(), s.first) == keys.end()) keys.push_back(s.first);
+  std::stable_partition(keys.begin(), keys.end(), [](const std::string& k) { return k != "seed"; });
+  std::vector<Legend> out(runs.size());
+  for (const auto& key : keys) {
     if (key == "execution.executors") continue;
+    const std::string* first = find_setting(runs.front(), key);
     bool differs = false;
     for (const auto& run : runs) {
       const std::string* v = find_setting(run, key);
-      differs |= v == nullptr || *v != value;
+      differs |= (v == nullptr) != (first == nullptr) || (v != nullptr && *v != *first);
     }
     if (!differs) continue;
     for (size_t i = 0; i < runs.size(); ++i) {
       const std::string* v = find_setting(runs[i], key);
-      out[i] += fmt::format("{}{}={}", out[i].empty() ? "" : " ", key, v == nullptr ? "-" : *v);
+      if (v == nullptr) continue;
+      Legend& l = out[i];
+      l.label += fmt::format("{}{}={}", l.label.empty() ? "" : " ", key, *v);
+      if (key == "seed") l.seed = *v;
+      else l.setting = l.label;
     }
   }
   for (size_t i = 0; i < runs.size(); ++i) {
-    if (out[i].empty()) out[i] = fs::path(runs[i].path).stem().string();
+    if (out[i].label.empty()) out[i].label = out[i].setting = fs::path(runs[i].path).stem().string();
   }
   return out;
 }
@@ -80,14 +92,21 @@ std::vector<std::string> labels(const std::vector<Run>& runs) {
 
 int plot_command(const PlotOptions& options) {
   const std::vector<Run> runs = collect_runs(options.runs);
-  const std::vector<std::string> names = labels(runs);
+  const std::vector<Legend> legend = legends(runs);
+  // Repeats of a setting over seeds share its colour and differ in dash.
+  std::vector<std::string> settings;
   std::vector<Series> series;
   for (size_t i = 0; i < runs.size(); ++i) {
     const RunLogReader log(runs[i].path);
     const std::vector<std::string> metrics = log.metric_names();
     FAX_CHECK(std::find(metrics.begin(), metrics.end(), options.metric) != metrics.end(),
               "{}: no metric '{}' (it has: {})", runs[i].path, options.metric, fmt::join(metrics, ", "));
-    Series s{names[i], {}, log.metric(options.metric)};
+    Series s{legend[i].label, {}, log.metric(options.metric)};
+    auto it = std::find(settings.begin(), settings.end(), legend[i].setting);
+    s.colour = static_cast<int>(it - settings.begin());
+    if (it == settings.end()) settings.push_back(legend[i].setting);
+    s.dash = 0;
+    for (size_t j = 0; j < i; ++j) s.dash += legend[j].setting == legend[i].setting;
     for (int64_t r : log.rounds()) s.x.push_back(static_cast<double>(r));
     series.push_back(std::move(s));
   }

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -24,6 +25,7 @@
 #include <map>
 #include <thread>
 
+#include <fax/config.h>
 #include <fax/error.h>
 #include <fax/run_log.h>
 #include <fax/sweep.h>
@@ -40,12 +42,6 @@ using Clock = std::chrono::steady_clock;
 std::atomic<int> sweep_signal{0};
 void on_sweep_signal(int signal) { sweep_signal = signal; }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  FAX_CHECK(in.good(), "{}: cannot open the experiment file", path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 // The last non-empty line a trial wrote: its one-line error when it failed.
 std::string last_line(const std::string& path) {
   std::ifstream in(path);
@@ -55,18 +51,13 @@ std::string last_line(const std::string& path) {
   return last.empty() ? "no output (see " + path + ")" : last;
 }
 
-// Each metric's last finite value in a run log.
-std::vector<std::pair<std::string, double>> final_metrics(const std::string& run) {
+// Each metric's mean over its last `count` finite values in a run log.
+std::vector<std::pair<std::string, double>> final_metrics(const std::string& run, int64_t count) {
   const RunLogReader log(run);
   std::vector<std::pair<std::string, double>> out;
   for (const auto& name : log.metric_names()) {
-    const std::vector<double> values = log.metric(name);
-    for (auto it = values.rbegin(); it != values.rend(); ++it) {
-      if (std::isfinite(*it)) {
-        out.emplace_back(name, *it);
-        break;
-      }
-    }
+    const double v = mean_of_last(log.metric(name), count);
+    if (!std::isnan(v)) out.emplace_back(name, v);
   }
   return out;
 }
@@ -141,6 +132,11 @@ struct Running {
   Clock::time_point start;
 };
 
+// Characters as a terminal shows them: printf pads by bytes, and UTF-8 letters take several.
+size_t glyphs(const std::string& text) {
+  return static_cast<size_t>(std::count_if(text.begin(), text.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+}
+
 std::string format_value(double v) { return std::isnan(v) ? "-" : fmt::format("{:.4f}", v); }
 
 }  // namespace
@@ -150,8 +146,10 @@ void print_sweep_summary(const SweepIndex& index, const std::string& path, size_
   for (const auto& t : index.trials) ++counts[t.status];
   std::string tally;
   for (const auto& [status, n] : counts) tally += fmt::format(", {} {}", n, status);
-  std::printf("sweep %s: %zu trials%s; ranked by %s (%s of its last logged value)\n", path.c_str(),
-              index.trials.size(), tally.c_str(), index.metric.c_str(), index.maximize ? "max" : "min");
+  std::printf("sweep %s: %zu trials%s; ranked by %s (%s of %s)\n", path.c_str(), index.trials.size(), tally.c_str(),
+              index.metric.c_str(), index.maximize ? "max" : "min",
+              index.average_last > 1 ? fmt::format("the mean of its last {} logged values", index.average_last).c_str()
+                                     : "its last logged value");
   const int64_t best = best_trial(index);
   const std::string dir = fs::path(path).parent_path().string();
   if (best < 0) {
@@ -164,10 +162,13 @@ void print_sweep_summary(const SweepIndex& index, const std::string& path, size_
   }
   const auto settings = summarize(index);
   if (!settings.empty()) {
-    std::printf("%6s  %-24s %5s  %s\n", "rank", (index.metric + " mean ± std").c_str(), "runs", "setting");
+    const std::string header = index.metric + " mean ± std";
+    std::printf("%6s  %-*s %5s  %s\n", "rank", static_cast<int>(24 + header.size() - glyphs(header)), header.c_str(), "runs",
+                "setting");
     for (size_t r = 0; r < settings.size() && r < top; ++r) {
       const auto& s = settings[r];
-      std::printf("%6zu  %-24s %5zu  %s\n", r + 1, fmt::format("{:.4f} ± {:.4f}", s.mean, s.std).c_str(),
+      const std::string value = s.trials.size() > 1 ? fmt::format("{:.4f} ± {:.4f}", s.mean, s.std) : fmt::format("{:.4f}", s.mean);
+      std::printf("%6zu  %-*s %5zu  %s\n", r + 1, static_cast<int>(24 + value.size() - glyphs(value)), value.c_str(),
                   s.trials.size(), s.setting.empty() ? "(the experiment as written)" : s.setting.c_str());
     }
     if (settings.size() > top) std::printf("   ... %zu more settings\n", settings.size() - top);
@@ -175,6 +176,7 @@ void print_sweep_summary(const SweepIndex& index, const std::string& path, size_
   for (const auto& t : index.trials) {
     if (t.status == "failed") std::printf("failed: %s (%s): %s\n", t.name.c_str(), t.trial().label().c_str(), t.message.c_str());
   }
+  std::fflush(stdout);
 }
 
 int sweep_command(const SweepOptions& options) {
@@ -204,6 +206,11 @@ int sweep_command(const SweepOptions& options) {
       throw Error(fmt::format("{} ({}): {}", t.name, t.label(), e.what()));
     }
   }
+  if (options.dry_run) {
+    std::printf("# %s: %zu trials, each validated\n", options.experiment.c_str(), trials.size());
+    for (const auto& t : trials) std::printf("%s %s\n", t.name.c_str(), t.label().c_str());
+    return 0;
+  }
   const int budget = options.executors > 0 ? options.executors : std::max(1u, std::thread::hardware_concurrency());
   const size_t slots = static_cast<size_t>(std::max<int64_t>(1, budget / executors_per_trial));
 
@@ -218,7 +225,7 @@ int sweep_command(const SweepOptions& options) {
   auto trial_path = [&](const std::string& name, const char* ext) { return (fs::path(dir) / (name + ext)).string(); };
 
   SweepIndex index;
-  const std::string experiment_text = read_text(options.experiment);
+  const std::string experiment_text = read_experiment_file(options.experiment);
   size_t already = 0;
   if (fs::exists(index_path)) {
     index = SweepIndex::read(index_path);
@@ -248,6 +255,12 @@ int sweep_command(const SweepOptions& options) {
   }
   index.metric = spec.metric;
   index.maximize = spec.maximize;
+  if (index.average_last != spec.average_last) {
+    // Ranking by another window: the finished trials' values are recomputed from their logs.
+    index.average_last = spec.average_last;
+    for (auto& t : index.trials)
+      if (t.status == "done") t.final = final_metrics(trial_path(t.name, ".h5"), index.average_last);
+  }
   index.write(index_path);
 
   size_t pending = 0;
@@ -318,7 +331,7 @@ int sweep_command(const SweepOptions& options) {
     std::string outcome;
     if (ok) {
       t.status = "done";
-      t.final = final_metrics(trial_path(t.name, ".h5"));
+      t.final = final_metrics(trial_path(t.name, ".h5"), index.average_last);
       ++finished;
       outcome = fmt::format("done in {:.1f}s: {} {}", t.seconds, spec.metric, format_value(t.value(spec.metric)));
     } else if (interrupted) {

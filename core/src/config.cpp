@@ -243,13 +243,15 @@ Config Config::from_yaml(const std::string& text, const std::string& source) {
   return config;
 }
 
-Config Config::from_file(const std::string& path) {
+std::string read_experiment_file(const std::string& path) {
   std::ifstream in(path);
   FAX_CHECK(in.good(), "{}: cannot open the experiment file", path);
   std::stringstream text;
   text << in.rdbuf();
-  return from_yaml(text.str(), path);
+  return text.str();
 }
+
+Config Config::from_file(const std::string& path) { return from_yaml(read_experiment_file(path), path); }
 
 void Config::set(const std::string& assignment) {
   const auto eq = assignment.find('=');

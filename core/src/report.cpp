@@ -171,8 +171,9 @@ std::string svg_line_chart(const std::vector<Series>& series, const ChartOptions
 
   for (size_t k = 0; k < series.size(); ++k) {
     const Series& s = series[k];
-    const char* colour = kColours[k % 10];
-    const char* dash = kDashes[(k / 10) % 4];
+    const size_t colour_index = s.colour >= 0 ? static_cast<size_t>(s.colour) : k;
+    const char* colour = kColours[colour_index % 10];
+    const char* dash = kDashes[(s.dash >= 0 ? static_cast<size_t>(s.dash) : k / 10) % 4];
     const std::string dash_attr = *dash ? fmt::format(" stroke-dasharray=\"{}\"", dash) : "";
     std::string points;
     size_t n = 0;

@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <sstream>
 
 #include <ATen/ATen.h>
 #include <yaml-cpp/yaml.h>
 
+#include <fax/config.h>
 #include <fax/error.h>
 #include <fax/hdf5.h>
 
@@ -20,6 +20,37 @@ namespace {
 std::string where(const std::string& source, const YAML::Node& node) {
   const YAML::Mark mark = node.Mark();
   return fmt::format("{}:{}:{}", source, mark.line + 1, mark.column + 1);
+}
+
+// A mapping under `prefix` as the dotted settings it makes.
+void flatten_values(const YAML::Node& node, const std::string& prefix, const std::string& source,
+                    std::vector<Override>& out) {
+  for (const auto& item : node) {
+    const std::string key = prefix + "." + item.first.Scalar();
+    if (item.second.IsMap()) {
+      flatten_values(item.second, key, source, out);
+    } else {
+      FAX_CHECK(item.second.IsScalar(), "{}: sweep grid {}: each setting takes a single value", where(source, item.second), key);
+      out.emplace_back(key, item.second.Scalar());
+    }
+  }
+}
+
+std::vector<SweepSpec::GridValue> grid_values(const YAML::Node& node, const std::string& source, const std::string& key) {
+  FAX_CHECK(node.IsSequence() && node.size() > 0,
+            "{}: sweep grid {} takes a non-empty list of values, e.g. [0.01, 0.1] or [{{a: 1, b: 2}}, {{a: 3}}]",
+            where(source, node), key);
+  std::vector<SweepSpec::GridValue> values;
+  for (const auto& item : node) {
+    values.emplace_back();
+    if (item.IsMap() && item.size() > 0) {
+      flatten_values(item, key, source, values.back());
+    } else {
+      FAX_CHECK(item.IsScalar(), "{}: sweep grid {}: each value is a scalar or a mapping of settings", where(source, item), key);
+      values.back().emplace_back(key, item.Scalar());
+    }
+  }
+  return values;
 }
 
 std::vector<std::string> scalar_list(const YAML::Node& node, const std::string& source, const std::string& name) {
@@ -150,7 +181,7 @@ SweepSpec SweepSpec::from_yaml(const std::string& text, const std::string& sourc
       for (const auto& axis : value) {
         const std::string key = axis.first.Scalar();
         check_key_name(key, axis.first, source);
-        spec.grid.emplace_back(key, scalar_list(axis.second, source, "grid " + key));
+        spec.grid.emplace_back(key, grid_values(axis.second, source, key));
       }
     } else if (section == "random") {
       FAX_CHECK(value.IsMap(), "{}: sweep random: is a mapping (samples, seed, and dotted keys with distributions)",
@@ -181,39 +212,42 @@ SweepSpec SweepSpec::from_yaml(const std::string& text, const std::string& sourc
     } else if (section == "metric") {
       FAX_CHECK(value.IsScalar(), "{}: sweep metric is a metric name, e.g. eval/accuracy", where(source, value));
       spec.metric = value.Scalar();
+    } else if (section == "average_last") {
+      const double count = number(value, source, "average_last");
+      FAX_CHECK(count >= 1 && count == std::floor(count), "{}: sweep average_last must be an integer >= 1",
+                where(source, value));
+      spec.average_last = static_cast<int64_t>(count);
     } else if (section == "mode") {
       FAX_CHECK(value.IsScalar(), "{}: sweep mode is max or min", where(source, value));
       mode = value.Scalar();
       FAX_CHECK(mode == "max" || mode == "min", "{}: sweep mode: '{}' is not max or min", where(source, value), mode);
     } else {
-      throw Error(fmt::format("{}: unknown sweep key '{}' (sweep: takes grid, random, seeds, repeats, metric, mode)",
+      throw Error(fmt::format("{}: unknown sweep key '{}' (sweep: takes grid, random, seeds, repeats, metric, mode, average_last)",
                               where(source, item.first), section));
     }
   }
   spec.set_metric(spec.metric, mode);
-  for (const auto& [key, values] : spec.grid) {
-    FAX_CHECK(key != "seed" || spec.seeds.empty(), "{}: sweep: seed is both a grid key and set by seeds/repeats", source);
-    for (const auto& r : spec.random)
-      FAX_CHECK(r.key != key, "{}: sweep: {} is both a grid key and a random key", source, key);
+  for (const auto& axis : spec.grid) {
+    for (const auto& value : axis.second) {
+      for (const auto& [key, text] : value) {
+        FAX_CHECK(key != "seed" || spec.seeds.empty(), "{}: sweep: seed is both a grid key and set by seeds/repeats", source);
+        for (const auto& r : spec.random)
+          FAX_CHECK(r.key != key, "{}: sweep: {} is both a grid key and a random key", source, key);
+      }
+    }
   }
   return spec;
 }
 
-SweepSpec SweepSpec::from_file(const std::string& path) {
-  std::ifstream in(path);
-  FAX_CHECK(in.good(), "{}: cannot open the experiment file", path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return from_yaml(text.str(), path);
-}
+SweepSpec SweepSpec::from_file(const std::string& path) { return from_yaml(read_experiment_file(path), path); }
 
 void SweepSpec::add_grid(const std::string& assignment) {
   const Override o = parse_override(assignment, "--grid");
-  std::vector<std::string> values;
+  std::vector<GridValue> values;
   std::stringstream in(o.second);
   for (std::string v; std::getline(in, v, ',');) {
     FAX_CHECK(!v.empty(), "--grid {}: an empty value (write key=v1,v2)", assignment);
-    values.push_back(v);
+    values.push_back({{o.first, v}});
   }
   FAX_CHECK(!values.empty(), "--grid {}: no values (write key=v1,v2)", assignment);
   FAX_CHECK(o.first != "seed" || seeds.empty(), "--grid {}: the sweep's seeds/repeats already set the seed", assignment);
@@ -239,12 +273,12 @@ std::string Trial::setting() const { return join_overrides(overrides, " ", false
 std::vector<Trial> expand(const SweepSpec& spec) {
   // Grid points as an odometer, the last key turning fastest.
   std::vector<std::vector<Override>> points{{}};
-  for (const auto& [key, values] : spec.grid) {
+  for (const auto& axis : spec.grid) {
     std::vector<std::vector<Override>> next;
     for (const auto& point : points) {
-      for (const auto& value : values) {
+      for (const auto& value : axis.second) {
         next.push_back(point);
-        next.back().emplace_back(key, value);
+        next.back().insert(next.back().end(), value.begin(), value.end());
       }
     }
     points = std::move(next);
@@ -303,6 +337,7 @@ void SweepIndex::write(const std::string& path) const {
     write_string(file, "/sweep/base", fmt::format("{}", fmt::join(base, "\n")), path);
     write_string(file, "/sweep/metric", metric, path);
     write_string(file, "/sweep/mode", maximize ? "max" : "min", path);
+    write_tensor(file, "/sweep/average_last", at::scalar_tensor(average_last, at::kLong), path);
     write_strings(file, "/trials/name", names, path);
     write_strings(file, "/trials/overrides", overrides, path);
     write_strings(file, "/trials/status", status, path);
@@ -331,6 +366,7 @@ SweepIndex SweepIndex::read(const std::string& path) {
   index.base = split_lines(file.read_string("/sweep/base"));
   index.metric = file.read_string("/sweep/metric");
   index.maximize = file.read_string("/sweep/mode") == "max";
+  index.average_last = file.read("/sweep/average_last").item<int64_t>();
   const auto names = file.read_strings("/trials/name");
   const auto overrides = file.read_strings("/trials/overrides");
   const auto status = file.read_strings("/trials/status");
@@ -360,6 +396,17 @@ SweepIndex SweepIndex::read(const std::string& path) {
     }
   }
   return index;
+}
+
+double mean_of_last(const std::vector<double>& values, int64_t count) {
+  double sum = 0;
+  int64_t n = 0;
+  for (auto it = values.rbegin(); it != values.rend() && n < count; ++it) {
+    if (!std::isfinite(*it)) continue;
+    sum += *it;
+    ++n;
+  }
+  return n > 0 ? sum / static_cast<double>(n) : std::numeric_limits<double>::quiet_NaN();
 }
 
 std::vector<SettingSummary> summarize(const SweepIndex& index) {

@@ -344,7 +344,22 @@ PY
     run_expect 0 "" -- "$FAX_RUN" inspect "$dir/sweep.h5"
     grep -q "^best trial: $best " "$WORK/stdout" && grep -q "8 done" "$WORK/stdout" || fail "inspect: $(cat "$WORK/stdout")"
     ;;
+  experiments_valid)
+    # Every shipped experiment resolves (and every trial of a sweep), so none rots unnoticed.
+    for file in "$FAX_SOURCE_DIR"/experiments/*.yaml; do
+      run_expect 0 "" -- "$FAX_RUN" run "$file" --dry-run
+      if grep -q "^sweep:" "$file"; then
+        run_expect 0 "" -- "$FAX_RUN" sweep "$file" --dry-run
+        grep -q "^trial-0001 " "$WORK/stdout" || fail "$file: no trials listed: $(cat "$WORK/stdout")"
+      fi
+    done
+    run_expect 0 "" -- "$FAX_RUN" sweep "$FAX_SOURCE_DIR/experiments/fmnist_dir01_fedopt_sweep.yaml" --dry-run
+    [[ $(grep -c "^trial-" "$WORK/stdout") -eq 72 ]] || fail "expected 72 trials: $(cat "$WORK/stdout")"
+    grep -q "^trial-0072 algorithm.name=fedopt algorithm.server_optimizer=yogi algorithm.client_lr=0.1 algorithm.server_lr=3$" \
+      "$WORK/stdout" || fail "unexpected last trial: $(tail -1 "$WORK/stdout")"
+    ;;
   sweep_errors)
+    rm -rf "$WORK/none" "$WORK/bad" "$WORK/fails"
     run_expect 2 "synthetic_fedavg\.yaml: nothing to sweep: add a sweep: section" -- "$FAX_RUN" sweep "$experiment" -o "$WORK/none"
     run_expect 2 "^fax-run: trial-0002 \(algorithm\.client_lr=fast\): --set algorithm\.client_lr=fast: algorithm\.client_lr: expected a float" -- \
       "$FAX_RUN" sweep "$experiment" -o "$WORK/bad" --grid algorithm.client_lr=0.1,fast

@@ -69,6 +69,16 @@ TEST(SvgChartTest, DrawsALinePerSeriesWithLegendAndLabels) {
   EXPECT_THAT(svg, HasSubstr("points=\"72.0,329.0 308.0,234.0 544.0,139.0 780.0,44.0\""));
 }
 
+TEST(SvgChartTest, SeriesMayShareAColourAndDifferInDash) {
+  Series a{"lr=1 seed=0", {1, 2}, {1, 2}}, b{"lr=1 seed=1", {1, 2}, {2, 3}};
+  a.colour = b.colour = 3;
+  a.dash = 0;
+  b.dash = 1;
+  const std::string svg = svg_line_chart({a, b}, ChartOptions{});
+  EXPECT_EQ(count(svg, "<polyline fill=\"none\" stroke=\"#d62728\" stroke-width=\"2\" points"), 1u);
+  EXPECT_EQ(count(svg, "<polyline fill=\"none\" stroke=\"#d62728\" stroke-width=\"2\" stroke-dasharray=\"6,3\""), 1u);
+}
+
 TEST(SvgChartTest, LogScaleSkipsNonPositiveValuesAndLabelsDecades) {
   ChartOptions options;
   options.log_y = true;

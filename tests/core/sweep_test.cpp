@@ -41,6 +41,31 @@ sweep:
   EXPECT_TRUE(spec.maximize);
 }
 
+TEST(SweepSpecTest, AGridValueMayBeAMappingOfSettingsThatGoTogether) {
+  const SweepSpec spec = SweepSpec::from_yaml(R"(
+sweep:
+  grid:
+    algorithm:
+      - {name: fedavg}
+      - {name: fedopt, server_optimizer: yogi, opt: {beta1: 0}}
+    algorithm.client_lr: [0.1, 1]
+  average_last: 4
+)", "exp.yaml");
+  EXPECT_EQ(labels(expand(spec)),
+            (std::vector<std::string>{
+                "algorithm.name=fedavg algorithm.client_lr=0.1", "algorithm.name=fedavg algorithm.client_lr=1",
+                "algorithm.name=fedopt algorithm.server_optimizer=yogi algorithm.opt.beta1=0 algorithm.client_lr=0.1",
+                "algorithm.name=fedopt algorithm.server_optimizer=yogi algorithm.opt.beta1=0 algorithm.client_lr=1"}));
+  EXPECT_EQ(spec.average_last, 4);
+}
+
+TEST(SweepSpecTest, MeanOfLastSkipsNaN) {
+  EXPECT_DOUBLE_EQ(mean_of_last({1, NAN, 2, NAN, 4, NAN}, 2), 3);
+  EXPECT_DOUBLE_EQ(mean_of_last({1, 2, 4}, 1), 4);
+  EXPECT_DOUBLE_EQ(mean_of_last({1, 2, 4}, 10), 7.0 / 3);
+  EXPECT_TRUE(std::isnan(mean_of_last({NAN}, 3)));
+}
+
 TEST(SweepSpecTest, RepeatsCountFromTheExperimentSeed) {
   const SweepSpec spec = SweepSpec::from_yaml("seed: 5\nsweep:\n  repeats: 3\n", "exp.yaml");
   EXPECT_EQ(labels(expand(spec)), (std::vector<std::string>{"seed=5", "seed=6", "seed=7"}));
@@ -134,6 +159,9 @@ TEST(SweepSpecTest, MistakesNameTheFileLineAndKey) {
   EXPECT_THAT(error_of("sweep:\n  grid:\n    seed: [1, 2]\n  seeds: [3]\n"), HasSubstr("seed is both a grid key"));
   EXPECT_THAT(error_of("sweep:\n  grid:\n    a b: [1, 2]\n"), HasSubstr("'a b' is not a setting a sweep can vary"));
   EXPECT_THAT(error_of("sweep: [1, 2]\n"), HasSubstr("exp.yaml:1:8: sweep: is a mapping"));
+  EXPECT_THAT(error_of("sweep:\n  average_last: 0\n"), HasSubstr("average_last must be an integer >= 1"));
+  EXPECT_THAT(error_of("sweep:\n  grid:\n    algorithm: [{name: [a, b]}]\n"),
+              HasSubstr("sweep grid algorithm.name: each setting takes a single value"));
 }
 
 TEST(SweepSpecTest, ConfigSkipsTheSweepSection) {
@@ -157,6 +185,7 @@ SweepIndex example_index() {
   index.base = {"rounds=2", "cohort.size=4"};
   index.metric = "eval/accuracy";
   index.maximize = true;
+  index.average_last = 3;
   index.trials = {record("trial-0001", {{"lr", "0.1"}, {"seed", "0"}}, "done", 0.5),
                   record("trial-0002", {{"lr", "0.1"}, {"seed", "1"}}, "done", 0.7),
                   record("trial-0003", {{"lr", "1"}, {"seed", "0"}}, "done", 0.65),
@@ -201,6 +230,7 @@ TEST(SweepIndexTest, RoundTripsThroughHdf5) {
   EXPECT_EQ(back.base, index.base);
   EXPECT_EQ(back.metric, "eval/accuracy");
   EXPECT_TRUE(back.maximize);
+  EXPECT_EQ(back.average_last, 3);
   ASSERT_EQ(back.trials.size(), index.trials.size());
   for (size_t i = 0; i < index.trials.size(); ++i) {
     EXPECT_EQ(back.trials[i].name, index.trials[i].name);

@@ -117,6 +117,9 @@ class Config {
   bool resolved_ = false;
 };
 
+/// The text of the experiment file at `path` (fax::Error naming it when it cannot be read).
+std::string read_experiment_file(const std::string& path);
+
 /// Edit distance, for did-you-mean suggestions.
 size_t edit_distance(const std::string& a, const std::string& b);
 

@@ -19,6 +19,8 @@ struct Series {
   std::string label;
   std::vector<double> x;
   std::vector<double> y;
+  int colour = -1;  ///< index into the palette; -1: the series' position
+  int dash = -1;    ///< 0 solid, 1.. dashed patterns; -1: solid for the first palette round, then dashed
 };
 
 struct ChartOptions {

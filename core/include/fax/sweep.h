@@ -25,6 +25,9 @@ struct RandomKey {
 ///   sweep:
 ///     grid:                                 # every combination, first key varying slowest
 ///       algorithm.client_lr: [0.01, 0.1]
+///       algorithm:                          # a value may be a mapping: settings that go together
+///         - {name: fedavg}
+///         - {name: fedopt, server_optimizer: adam}
 ///     random:                               # `samples` draws per grid point
 ///       samples: 4
 ///       seed: 0
@@ -32,14 +35,18 @@ struct RandomKey {
 ///     seeds: [0, 1]                         # or repeats: R (the experiment's seed, +1, ...)
 ///     metric: eval/accuracy                 # ranks trials by its last logged value
 ///     mode: max                             # default: min for a metric named *loss, else max
+///     average_last: 4                       # rank by the mean of the last 4 logged values (default 1)
 struct SweepSpec {
-  std::vector<std::pair<std::string, std::vector<std::string>>> grid;
+  /// One value of a grid axis: the settings it makes (one for a scalar, several for a mapping).
+  using GridValue = std::vector<Override>;
+  std::vector<std::pair<std::string, std::vector<GridValue>>> grid;
   std::vector<RandomKey> random;
   int64_t samples = 0;
   uint64_t sample_seed = 0;
   std::vector<std::string> seeds;  ///< empty: every trial keeps the experiment's seed
   std::string metric = "eval/accuracy";
   bool maximize = true;
+  int64_t average_last = 1;
 
   /// The sweep: section of an experiment (YAML text; `source` names it in errors). An experiment
   /// without one gives an empty spec.
@@ -75,7 +82,8 @@ struct TrialRecord {
   std::string status = "pending";  ///< pending, running, done, failed
   double seconds = 0;              ///< wall time of the run (all attempts)
   std::string message;             ///< failed: the trial's error line
-  std::vector<std::pair<std::string, double>> final;  ///< each metric's last logged (non-NaN) value
+  /// Each metric's mean over its last `average_last` logged (non-NaN) values.
+  std::vector<std::pair<std::string, double>> final;
 
   Trial trial() const { return {name, overrides}; }
   /// The final value of `metric`, NaN when the trial is not done or never logged it.
@@ -86,18 +94,21 @@ struct TrialRecord {
 ///   /sweep/experiment          the experiment file's text (string)
 ///   /sweep/base                the --set overrides applied to every trial, one per line
 ///   /sweep/metric, /sweep/mode the ranking metric and "max" or "min"
+///   /sweep/average_last        int64: the final values are means of this many last logged values
 ///   /trials/name               strings [T]
 ///   /trials/overrides          strings [T]: the trial's overrides, one "key=value" per line
 ///   /trials/status             strings [T]: pending, running, done, failed
 ///   /trials/message            strings [T]: a failed trial's error
 ///   /trials/seconds            float64 [T]
-///   /trials/final/<metric>     float64 [T]: last logged value; NaN where not done or not logged
+///   /trials/final/<metric>     float64 [T]: mean of the last average_last logged values; NaN where
+///                              not done or not logged
 /// Written whole into a temporary file renamed over the old one, like the run log.
 struct SweepIndex {
   std::string experiment;
   std::vector<std::string> base;
   std::string metric;
   bool maximize = true;
+  int64_t average_last = 1;
   std::vector<TrialRecord> trials;
 
   void write(const std::string& path) const;
@@ -116,6 +127,8 @@ struct SettingSummary {
 
 /// Settings with at least one finished trial that logged the metric, best mean first.
 std::vector<SettingSummary> summarize(const SweepIndex& index);
+/// The mean of the last `count` finite values of `values` (NaN when none is finite).
+double mean_of_last(const std::vector<double>& values, int64_t count);
 /// The index of the best finished trial by the index's metric, or -1 when none finished.
 int64_t best_trial(const SweepIndex& index);
 
