@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
                         "executors for all trials at once (default: one per hardware thread); trials left on automatic "
                         "executors get one each")
       ->check(CLI::Range(1, 1024));
-  sweep_cmd->add_option("--metric", sweep.metric, "rank trials by this metric's last logged value (default: eval/accuracy)")
+  sweep_cmd->add_option("--metric", sweep.metric, "rank trials by this metric (default: the sweep section's, else eval/accuracy)")
       ->type_name("NAME");
   sweep_cmd->add_option("--mode", sweep.mode, "max or min (default: min for a metric named *loss, else max)")
       ->check(CLI::IsMember({"max", "min"}));

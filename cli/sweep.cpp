@@ -191,17 +191,18 @@ int sweep_command(const SweepOptions& options) {
 
   // Every trial is resolved now, so a typo in a value fails before hours of other trials.
   const PluginLoader loader(options.plugin_dirs);
-  bool fixed_executors = false;
+  // Results never depend on the executor count, so trials the experiment leaves on automatic
+  // executors get one each and the budget runs that many trials at once.
+  std::vector<bool> automatic_executors;
   int64_t executors_per_trial = 1;
   for (const auto& t : trials) {
     std::vector<std::string> overrides = options.overrides;
     for (const auto& [key, value] : t.overrides) overrides.push_back(key + "=" + value);
     try {
       const ExperimentSetup setup = load_experiment(options.experiment, overrides, loader);
-      // Results never depend on the executor count, so trials the experiment leaves on automatic
-      // get one executor each and the budget runs that many trials at once.
-      fixed_executors = setup.config.get_int("execution.executors") > 0;
-      if (fixed_executors) executors_per_trial = std::max(executors_per_trial, setup.config.get_int("execution.executors"));
+      const int64_t executors = setup.config.get_int("execution.executors");
+      automatic_executors.push_back(executors == 0);
+      executors_per_trial = std::max(executors_per_trial, executors);
     } catch (const Error& e) {
       throw Error(fmt::format("{} ({}): {}", t.name, t.label(), e.what()));
     }
@@ -300,7 +301,7 @@ int sweep_command(const SweepOptions& options) {
         args = {self, "run", options.experiment, "-q", "-o", run};
         for (const auto& o : options.overrides) args.insert(args.end(), {"--set", o});
         for (const auto& [key, value] : t.overrides) args.insert(args.end(), {"--set", key + "=" + value});
-        if (!fixed_executors) args.insert(args.end(), {"--set", "execution.executors=1"});
+        if (automatic_executors[next]) args.insert(args.end(), {"--set", "execution.executors=1"});
       }
       for (const auto& d : options.plugin_dirs) args.insert(args.end(), {"--plugin-dir", d});
       running[launch(args, trial_path(t.name, ".log"))] = {next, Clock::now()};

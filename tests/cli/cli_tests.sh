@@ -253,7 +253,7 @@ PY
     # was cut off mid-run ends bit-identical to the same run made on its own.
     write sweep.yaml <<YAML
 seed: 0
-rounds: 80
+rounds: 40
 cohort:
   size: 10
 data:
@@ -337,7 +337,7 @@ a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
 names = []
 a["metrics"].visit(lambda n: names.append(n) if isinstance(a["metrics"][n], h5py.Dataset) else None)
 names = [n for n in names if not n.startswith("time/")]
-assert "eval/accuracy" in names and len(a["metrics/round"]) == 80
+assert "eval/accuracy" in names and len(a["metrics/round"]) == 40
 for n in names:
     assert np.array_equal(a["metrics"][n][()], b["metrics"][n][()], equal_nan=True), n
 PY
