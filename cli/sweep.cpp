@@ -230,7 +230,10 @@ int sweep_command(const SweepOptions& options) {
   size_t already = 0;
   if (fs::exists(index_path)) {
     index = SweepIndex::read(index_path);
-    bool same = index.experiment == experiment_text && index.base == options.overrides && index.trials.size() == trials.size();
+    // The settings must match, not the text: comments and the sweep's ranking keys may change.
+    bool same = Config::from_yaml(index.experiment, index_path + ":/sweep/experiment").settings() ==
+                    Config::from_yaml(experiment_text, options.experiment).settings() &&
+                index.base == options.overrides && index.trials.size() == trials.size();
     for (size_t i = 0; same && i < trials.size(); ++i)
       same = index.trials[i].name == trials[i].name && index.trials[i].overrides == trials[i].overrides;
     FAX_CHECK(same, "{}: holds a sweep of another experiment, --set or trial list; resuming needs the same experiment "
@@ -245,7 +248,6 @@ int sweep_command(const SweepOptions& options) {
       already += done;
     }
   } else {
-    index.experiment = experiment_text;
     index.base = options.overrides;
     for (const auto& t : trials) {
       TrialRecord record;
@@ -254,6 +256,7 @@ int sweep_command(const SweepOptions& options) {
       index.trials.push_back(std::move(record));
     }
   }
+  index.experiment = experiment_text;
   index.metric = spec.metric;
   index.maximize = spec.maximize;
   if (index.average_last != spec.average_last) {

@@ -80,10 +80,11 @@ at::Tensor masked_mean(const at::Tensor& values, const at::Tensor& mask) {
 
 LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const TensorTree& start,
                          const at::Tensor& lr, const LocalSgdOptions& options) {
-  // Without create_graph every step starts from fresh leaves; with it the steps stay connected to
-  // `start` (and to the rate), and a start that carries no graph gets fresh leaves to differentiate.
+  // Without create_graph the steps update a copy of `start` in place; with it they stay connected
+  // to `start` (and to the rate), and a start that carries no graph gets fresh leaves to differentiate.
   TensorTree params = start.map([&](const at::Tensor& t) {
-    return options.create_graph && t.requires_grad() ? t : t.detach().requires_grad_(true);
+    if (!options.create_graph) return t.detach().clone().requires_grad_(true);
+    return t.requires_grad() ? t : t.detach().requires_grad_(true);
   });
   const int64_t k = batches.clients();
   const at::Tensor step_size = lr.dim() == 0 ? lr : lr.view({k});
@@ -99,20 +100,23 @@ LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const
     // Clients are independent, so the gradient of the sum holds each client's own gradient.
     const auto grads = torch::autograd::grad({per_client.sum()}, params.tensors(), {}, true, options.create_graph);
     // A client whose steps are over (no real example in this batch) does not move.
-    const at::Tensor active = (batch.mask.sum(1) > 0).to(batch.mask.scalar_type());
-    std::vector<at::Tensor> next;
-    size_t j = 0;
-    for (const auto& [name, p] : params) {
+    const at::Tensor rate = step_size * (batch.mask.sum(1) > 0).to(batch.mask.scalar_type());
+    // In the parameters' dtype: a float64 rate must not promote float32 parameters.
+    auto scale_for = [&](const at::Tensor& p) {
       std::vector<int64_t> shape(p.dim(), 1);
       shape[0] = k;
-      // In the parameters' dtype: a float64 rate must not promote float32 parameters.
-      const at::Tensor scale = (step_size * active).view(shape).to(p.scalar_type());
-      next.push_back(p - scale * grads[j++]);
-    }
-    params = params.with_tensors(std::move(next));
-    if (!options.create_graph) {
-      params = detach(params);
-      requires_grad_(params);
+      return rate.view(shape).to(p.scalar_type());
+    };
+    size_t j = 0;
+    if (options.create_graph) {
+      std::vector<at::Tensor> next;
+      for (const auto& [name, p] : params) next.push_back(p - scale_for(p) * grads[j++]);
+      params = params.with_tensors(std::move(next));
+    } else {
+      // Nothing differentiates through the steps: update the leaves in place, one fused kernel a
+      // tensor and no new buffers (p - s * g rounds the same as p + (-1 * s) * g).
+      at::NoGradGuard no_grad;
+      for (const auto& [name, p] : params) p.detach().addcmul_(scale_for(p), grads[j++], -1);
     }
   }
   return {options.create_graph ? params : detach(params), loss_sum / seen.clamp_min(1.0)};

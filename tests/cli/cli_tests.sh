@@ -343,6 +343,18 @@ for n in names:
 PY
     run_expect 0 "" -- "$FAX_RUN" inspect "$dir/sweep.h5"
     grep -q "^best trial: $best " "$WORK/stdout" && grep -q "8 done" "$WORK/stdout" || fail "inspect: $(cat "$WORK/stdout")"
+    # Ranked again by another window and metric: nothing reruns, the index follows.
+    sed -i 's/^  seeds: \[0, 1\]$/  seeds: [0, 1]\n  average_last: 2\n  metric: eval\/loss/' "$WORK/sweep.yaml"
+    run_expect 0 "" -- "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$dir"
+    grep -q "resuming: 8 done, 0 to run" "$WORK/stdout" && grep -q "ranked by eval/loss (min of the mean of its last 2" \
+      "$WORK/stdout" || fail "re-ranking: $(cat "$WORK/stdout")"
+    "$PYTHON" - "$dir/sweep.h5" "$dir/trial-0001.h5" <<'PY' || fail "the index does not hold the last-2 means"
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1]) as f, h5py.File(sys.argv[2]) as t:
+    loss = t["metrics/eval/loss"][()]
+    assert f["sweep/average_last"][()] == 2
+    assert np.isclose(f["trials/final/eval/loss"][0], loss[~np.isnan(loss)][-2:].mean(), rtol=0, atol=1e-15)
+PY
     ;;
   experiments_valid)
     # Every shipped experiment resolves (and every trial of a sweep), so none rots unnoticed.
