@@ -71,6 +71,18 @@ double number(const YAML::Node& node, const std::string& source, const std::stri
   return v;
 }
 
+// A whole number in [low, high], checked before any conversion (a cast out of range is undefined).
+int64_t integer(const YAML::Node& node, const std::string& source, const std::string& name, int64_t low, int64_t high) {
+  const double v = number(node, source, name);
+  FAX_CHECK(v == std::floor(v) && v >= static_cast<double>(low) && v <= static_cast<double>(high),
+            "{}: sweep {} must be an integer in [{}, {}], got '{}'", where(source, node), name, low, high, node.Scalar());
+  return static_cast<int64_t>(v);
+}
+
+// Integers a double holds exactly; int_uniform bounds and seeds stay inside.
+constexpr int64_t kExactInteger = int64_t{1} << 53;
+constexpr int64_t kMaxCount = 1000000;
+
 void check_key_name(const std::string& key, const YAML::Node& at, const std::string& source) {
   FAX_CHECK(!key.empty() && key.find_first_of(" =,") == std::string::npos && key.rfind("sweep", 0) != 0,
             "{}: '{}' is not a setting a sweep can vary (write dotted keys: algorithm.client_lr)", where(source, at), key);
@@ -101,8 +113,10 @@ RandomKey parse_random_key(const std::string& key, const YAML::Node& value, cons
   FAX_CHECK(r.low <= r.high, "{}: sweep {}: low {} is above high {}", where(source, item.second), name, r.low, r.high);
   FAX_CHECK(r.kind != RandomKey::Kind::LogUniform || r.low > 0, "{}: sweep {}: log_uniform needs low > 0",
             where(source, item.second), name);
-  FAX_CHECK(r.kind != RandomKey::Kind::IntUniform || (r.low == std::floor(r.low) && r.high == std::floor(r.high)),
-            "{}: sweep {}: int_uniform takes integer bounds", where(source, item.second), name);
+  const double exact = static_cast<double>(kExactInteger);
+  FAX_CHECK(r.kind != RandomKey::Kind::IntUniform || (r.low == std::floor(r.low) && r.high == std::floor(r.high) &&
+                                                      std::abs(r.low) <= exact && std::abs(r.high) <= exact),
+            "{}: sweep {}: int_uniform takes integer bounds within +-2^53", where(source, item.second), name);
   return r;
 }
 
@@ -189,10 +203,9 @@ SweepSpec SweepSpec::from_yaml(const std::string& text, const std::string& sourc
       for (const auto& entry : value) {
         const std::string key = entry.first.Scalar();
         if (key == "samples") {
-          spec.samples = static_cast<int64_t>(number(entry.second, source, "random samples"));
-          FAX_CHECK(spec.samples >= 1, "{}: sweep random samples must be >= 1", where(source, entry.second));
+          spec.samples = integer(entry.second, source, "random samples", 1, kMaxCount);
         } else if (key == "seed") {
-          spec.sample_seed = static_cast<uint64_t>(number(entry.second, source, "random seed"));
+          spec.sample_seed = static_cast<uint64_t>(integer(entry.second, source, "random seed", 0, kExactInteger));
         } else {
           check_key_name(key, entry.first, source);
           spec.random.push_back(parse_random_key(key, entry.second, source));
@@ -203,20 +216,17 @@ SweepSpec SweepSpec::from_yaml(const std::string& text, const std::string& sourc
     } else if (section == "seeds") {
       spec.seeds = scalar_list(value, source, "seeds");
     } else if (section == "repeats") {
-      const double repeats = number(value, source, "repeats");
-      FAX_CHECK(repeats >= 1 && repeats == std::floor(repeats), "{}: sweep repeats must be an integer >= 1",
-                where(source, value));
+      const int64_t repeats = integer(value, source, "repeats", 1, kMaxCount);
       int64_t seed = 0;
       if (root["seed"] && root["seed"].IsScalar()) YAML::convert<int64_t>::decode(root["seed"], seed);
-      for (int64_t r = 0; r < static_cast<int64_t>(repeats); ++r) spec.seeds.push_back(std::to_string(seed + r));
+      FAX_CHECK(seed <= std::numeric_limits<int64_t>::max() - repeats, "{}: sweep repeats: seed {} + {} overflows",
+                where(source, value), seed, repeats);
+      for (int64_t r = 0; r < repeats; ++r) spec.seeds.push_back(std::to_string(seed + r));
     } else if (section == "metric") {
       FAX_CHECK(value.IsScalar(), "{}: sweep metric is a metric name, e.g. eval/accuracy", where(source, value));
       spec.metric = value.Scalar();
     } else if (section == "average_last") {
-      const double count = number(value, source, "average_last");
-      FAX_CHECK(count >= 1 && count == std::floor(count), "{}: sweep average_last must be an integer >= 1",
-                where(source, value));
-      spec.average_last = static_cast<int64_t>(count);
+      spec.average_last = integer(value, source, "average_last", 1, kMaxCount);
     } else if (section == "mode") {
       FAX_CHECK(value.IsScalar(), "{}: sweep mode is max or min", where(source, value));
       mode = value.Scalar();

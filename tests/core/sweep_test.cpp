@@ -159,7 +159,14 @@ TEST(SweepSpecTest, MistakesNameTheFileLineAndKey) {
   EXPECT_THAT(error_of("sweep:\n  grid:\n    seed: [1, 2]\n  seeds: [3]\n"), HasSubstr("seed is both a grid key"));
   EXPECT_THAT(error_of("sweep:\n  grid:\n    a b: [1, 2]\n"), HasSubstr("'a b' is not a setting a sweep can vary"));
   EXPECT_THAT(error_of("sweep: [1, 2]\n"), HasSubstr("exp.yaml:1:8: sweep: is a mapping"));
-  EXPECT_THAT(error_of("sweep:\n  average_last: 0\n"), HasSubstr("average_last must be an integer >= 1"));
+  EXPECT_THAT(error_of("sweep:\n  average_last: 0\n"), HasSubstr("exp.yaml:2:17: sweep average_last must be an integer in [1, 1000000], got '0'"));
+  EXPECT_THAT(error_of("sweep:\n  random:\n    samples: 1e300\n    a.b: {uniform: [0, 1]}\n"),
+              HasSubstr("random samples must be an integer in [1, 1000000]"));
+  EXPECT_THAT(error_of("sweep:\n  random:\n    samples: 2\n    seed: -1\n    a.b: {uniform: [0, 1]}\n"),
+              HasSubstr("random seed must be an integer in [0, 9007199254740992]"));
+  EXPECT_THAT(error_of("sweep:\n  random:\n    samples: 2\n    a.b: {int_uniform: [0, 1e300]}\n"),
+              HasSubstr("int_uniform takes integer bounds within +-2^53"));
+  EXPECT_THAT(error_of("seed: 9223372036854775807\nsweep:\n  repeats: 2\n"), HasSubstr("overflows"));
   EXPECT_THAT(error_of("sweep:\n  grid:\n    algorithm: [{name: [a, b]}]\n"),
               HasSubstr("sweep grid algorithm.name: each setting takes a single value"));
 }

@@ -1,5 +1,8 @@
 // libFuzzer target: experiment YAML through the config loader, resolved against fax's schema and
-// written back. fax::Error is the expected answer to bad input; anything else is a finding.
+// written back, and through the sweep-section parser with its trials expanded (at most 10,000:
+// a sweep that large is legal, just slow to list). fax::Error is the expected answer to bad
+// input; anything else is a finding.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -7,6 +10,7 @@
 #include <fax/config.h>
 #include <fax/error.h>
 #include <fax/experiment.h>
+#include <fax/sweep.h>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
@@ -15,6 +19,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     config.set("seed=1");
     config.resolve(fax::experiment_schema());
     fax::Config::from_yaml(config.to_yaml(), "resolved").resolve(fax::experiment_schema());
+  } catch (const fax::Error&) {
+  }
+  try {
+    const fax::SweepSpec spec = fax::SweepSpec::from_yaml(text, "fuzz.yaml");
+    // Only sweeps of at most 10,000 trials are expanded, counted without overflow.
+    size_t trials = 1;
+    auto times = [&](size_t factor) { trials = factor == 0 || trials > 10000 / factor ? 10001 : trials * factor; };
+    times(std::max<size_t>(1, spec.seeds.size()));
+    if (!spec.random.empty()) times(static_cast<size_t>(spec.samples));
+    for (const auto& axis : spec.grid) times(axis.second.size());
+    if (trials <= 10000) {
+      for (const auto& t : fax::expand(spec)) (void)t.label();
+    }
   } catch (const fax::Error&) {
   }
   return 0;
