@@ -19,6 +19,7 @@ namespace fs = std::filesystem;
 
 struct Run {
   std::string path;
+  RunLogReader log;
   /// What tells it apart: a sweep trial's overrides, or a run log's whole resolved config.
   std::vector<std::pair<std::string, std::string>> settings;
 };
@@ -28,13 +29,17 @@ std::vector<Run> collect_runs(const std::vector<std::string>& files) {
   std::vector<Run> runs;
   for (const auto& file : files) {
     if (!SweepIndex::is_index(file)) {
-      runs.push_back({file, Config::from_yaml(RunLogReader(file).config(), file + ":/config").settings()});
+      RunLogReader log(file);
+      const auto settings = Config::from_yaml(log.config(), file + ":/config").settings();
+      runs.push_back({file, std::move(log), settings});
       continue;
     }
     const SweepIndex index = SweepIndex::read(file);
     const size_t before = runs.size();
     for (const auto& t : index.trials) {
-      if (t.status == "done") runs.push_back({(fs::path(file).parent_path() / (t.name + ".h5")).string(), t.overrides});
+      if (t.status != "done") continue;
+      const std::string path = (fs::path(file).parent_path() / (t.name + ".h5")).string();
+      runs.push_back({path, RunLogReader(path), t.overrides});
     }
     if (runs.size() == before) warn(file + ": no finished trial to plot");
   }
@@ -97,7 +102,7 @@ int plot_command(const PlotOptions& options) {
   std::vector<std::string> settings;
   std::vector<Series> series;
   for (size_t i = 0; i < runs.size(); ++i) {
-    const RunLogReader log(runs[i].path);
+    const RunLogReader& log = runs[i].log;
     const std::vector<std::string> metrics = log.metric_names();
     FAX_CHECK(std::find(metrics.begin(), metrics.end(), options.metric) != metrics.end(),
               "{}: no metric '{}' (it has: {})", runs[i].path, options.metric, fmt::join(metrics, ", "));
