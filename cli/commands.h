@@ -8,6 +8,14 @@
 
 namespace fax::cli {
 
+/// Remote executors for run and resume: the coordinator side.
+struct RemoteFlags {
+  int workers = 0;          ///< 0: local executor threads
+  std::string listen;       ///< HOST:PORT; empty: 127.0.0.1:29500
+  std::string token_file;   ///< empty: $FAX_TOKEN
+  double timeout_s = 30;    ///< a worker silent this long is dropped
+};
+
 struct RunOptions {
   std::string experiment;
   std::vector<std::string> overrides;
@@ -15,11 +23,22 @@ struct RunOptions {
   std::vector<std::string> plugin_dirs;
   bool dry_run = false;
   bool quiet = false;
+  RemoteFlags remote;
 };
 
 struct ResumeOptions {
   std::string run;
   std::vector<std::string> plugin_dirs;
+  bool quiet = false;
+  RemoteFlags remote;
+};
+
+struct WorkerOptions {
+  std::string connect;
+  std::string token_file;  ///< empty: $FAX_TOKEN
+  std::vector<std::string> plugin_dirs;
+  double connect_timeout_s = 60;
+  std::string name;
   bool quiet = false;
 };
 
@@ -71,6 +90,10 @@ int plugins_command(const PluginsOptions& options);
 int inspect_command(const InspectOptions& options);
 int sweep_command(const SweepOptions& options);
 int plot_command(const PlotOptions& options);
+int worker_command(const WorkerOptions& options);
+
+/// The shared token of coordinator and workers: the first line of `file`, else $FAX_TOKEN.
+std::string read_token(const std::string& file);
 
 /// The best trial, the settings ranked by their mean over seeds (at most `top`), failed trials.
 void print_sweep_summary(const SweepIndex& index, const std::string& path, size_t top);

@@ -26,6 +26,26 @@ void add_plugin_dir_option(CLI::App& app, std::vector<std::string>& dirs) {
       ->type_name("DIR");
 }
 
+void add_token_option(CLI::App& app, std::string& file) {
+  app.add_option("--token-file", file,
+                 "file whose first line is the shared token of coordinator and workers (default: $FAX_TOKEN)")
+      ->type_name("FILE");
+}
+
+void add_remote_options(CLI::App& app, fax::cli::RemoteFlags& remote) {
+  const std::string group = "Remote workers";
+  app.add_option("--workers", remote.workers,
+                 "run on N 'fax-run worker' processes instead of local threads; waits for N before round 1")
+      ->check(CLI::Range(1, 4096))->type_name("N")->group(group);
+  app.add_option("--listen", remote.listen, "address the coordinator listens on (default: 127.0.0.1:29500)")
+      ->type_name("HOST:PORT")->group(group);
+  add_token_option(app, remote.token_file);
+  app.get_option("--token-file")->group(group);
+  app.add_option("--worker-timeout", remote.timeout_s,
+                 "seconds without a heartbeat after which a worker is dropped and its shards re-run (default: 30)")
+      ->check(CLI::Range(0.5, 86400.0))->type_name("S")->group(group);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -43,6 +63,7 @@ int main(int argc, char** argv) {
   add_plugin_dir_option(*run_cmd, run.plugin_dirs);
   run_cmd->add_flag("--dry-run", run.dry_run, "print the resolved settings and stop");
   run_cmd->add_flag("-q,--quiet", run.quiet, "no progress output");
+  add_remote_options(*run_cmd, run.remote);
 
   fax::cli::ResumeOptions resume;
   CLI::App* resume_cmd =
@@ -50,6 +71,19 @@ int main(int argc, char** argv) {
   resume_cmd->add_option("run", resume.run, "the run log to continue")->required()->type_name("RUN.h5");
   add_plugin_dir_option(*resume_cmd, resume.plugin_dirs);
   resume_cmd->add_flag("-q,--quiet", resume.quiet, "no progress output");
+  add_remote_options(*resume_cmd, resume.remote);
+
+  fax::cli::WorkerOptions worker;
+  CLI::App* worker_cmd = app.add_subcommand(
+      "worker", "serve a coordinator ('fax-run run ... --workers N'): run its rounds on this machine's share of the cohort");
+  worker_cmd->add_option("--connect", worker.connect, "the coordinator's address")->required()->type_name("HOST:PORT");
+  add_token_option(*worker_cmd, worker.token_file);
+  add_plugin_dir_option(*worker_cmd, worker.plugin_dirs);
+  worker_cmd->add_option("--connect-timeout", worker.connect_timeout_s,
+                         "seconds to keep trying to reach the coordinator (default: 60)")
+      ->check(CLI::Range(0.1, 86400.0))->type_name("S");
+  worker_cmd->add_option("--name", worker.name, "this worker's name in the coordinator's log (default: host:pid)");
+  worker_cmd->add_flag("-q,--quiet", worker.quiet, "no progress output");
 
   fax::cli::PluginsOptions plugins;
   CLI::App* plugins_cmd = app.add_subcommand("plugins", "list the algorithm plugins found, with versions and keys");
@@ -123,6 +157,7 @@ int main(int argc, char** argv) {
     if (bench_cmd->parsed()) return fax::cli::bench_command(bench);
     if (sweep_cmd->parsed()) return fax::cli::sweep_command(sweep);
     if (plot_cmd->parsed()) return fax::cli::plot_command(plot);
+    if (worker_cmd->parsed()) return fax::cli::worker_command(worker);
     return fax::cli::inspect_command(inspect);
   } catch (const fax::Error& e) {
     std::fprintf(stderr, "fax-run: %s\n", e.what());

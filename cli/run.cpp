@@ -9,6 +9,7 @@
 
 #include <fax/error.h>
 #include <fax/experiment.h>
+#include <fax/remote.h>
 #include <fax/run_log.h>
 #include <fax/sweep.h>
 
@@ -101,14 +102,47 @@ class StopSignals {
   void (*previous_term_)(int);
 };
 
+constexpr const char* kDefaultListen = "127.0.0.1:29500";
+
+// The coordinator of remote workers, once they are all ready; none for a local run.
+std::unique_ptr<Coordinator> start_coordinator(const RemoteFlags& remote, const Config& config, bool quiet) {
+  if (remote.workers == 0) {
+    FAX_CHECK(remote.listen.empty(), "--listen needs --workers N (the workers to wait for)");
+    return nullptr;
+  }
+  CoordinatorOptions o;
+  o.listen = remote.listen.empty() ? kDefaultListen : remote.listen;
+  o.workers = remote.workers;
+  o.token = read_token(remote.token_file);
+  o.timeout_s = remote.timeout_s;
+  o.heartbeat_s = std::min(1.0, remote.timeout_s / 4);
+  o.experiment = config.to_yaml();
+  if (!quiet) {
+    o.log = [](const std::string& line) {
+      std::printf("remote: %s\n", line.c_str());
+      std::fflush(stdout);
+    };
+  }
+  auto coordinator = std::make_unique<Coordinator>(std::move(o));
+  if (!quiet) {
+    std::printf("remote: listening on %s; start workers with: fax-run worker --connect %s (same token)\n",
+                coordinator->address().c_str(), coordinator->address().c_str());
+    std::fflush(stdout);
+  }
+  coordinator->wait_for_workers([] { return stop_signal.load() != 0; });
+  return coordinator;
+}
+
 // Runs (or continues) an experiment into the run log at `output`.
 int execute(const ExperimentSetup& setup, const std::string& source, const std::string& output, bool quiet,
-            bool resume) {
+            bool resume, const RemoteFlags& remote) {
   const Config& config = setup.config;
   const auto data = setup.dataset->create(config);
   const auto model = setup.model->create(config, {data->input_shape(), data->num_classes()});
   auto algorithm = setup.plugin->create();
-  Experiment experiment(config, *algorithm, *model, *data);
+  const StopSignals signals;
+  const std::unique_ptr<Coordinator> coordinator = start_coordinator(remote, config, quiet);
+  Experiment experiment(config, *algorithm, *model, *data, coordinator.get());
 
   std::optional<ResumePoint> point;
   std::optional<RunLog> log;
@@ -132,20 +166,19 @@ int execute(const ExperimentSetup& setup, const std::string& source, const std::
     return 0;
   }
 
-  const MeshOptions& mesh = experiment.mesh().options();
+  const MeshOptions& mesh = experiment.mesh_options();
   if (!quiet) {
-    std::printf("fax-run %s: %s%s\n  data: %s\n  model: %s\n  algorithm: %s (%s)\n  mesh: %d executors x %d threads, "
+    std::printf("fax-run %s: %s%s\n  data: %s\n  model: %s\n  algorithm: %s (%s)\n  mesh: %d %sexecutors x %d threads, "
                 "%lld logical shards; cohort %lld of %lld clients; %lld rounds\n  log: %s\n",
                 FAX_VERSION, source.c_str(),
                 resume ? fmt::format(" (resuming after round {})", first).c_str() : "", data->describe().c_str(),
                 model->describe().c_str(), setup.plugin->name.c_str(), setup.plugin->path.c_str(), mesh.executors,
-                mesh.threads_per_executor, static_cast<long long>(mesh.logical_shards),
+                coordinator ? "remote " : "", mesh.threads_per_executor, static_cast<long long>(mesh.logical_shards),
                 static_cast<long long>(config.get_int("cohort.size")), static_cast<long long>(data->num_clients()),
                 static_cast<long long>(rounds), output.c_str());
     std::fflush(stdout);
   }
   ProgressPrinter progress(config.get_int("logging.progress_every"), quiet);
-  const StopSignals signals;
   const RunResult result = experiment.run(&*log, std::ref(progress), point ? &*point : nullptr,
                                           [] { return stop_signal.load() != 0; });
   if (result.stopped) {
@@ -179,7 +212,7 @@ int run_command(const RunOptions& options) {
   const std::string output = options.output.empty()
                                  ? std::filesystem::path(options.experiment).stem().string() + ".h5"
                                  : options.output;
-  return execute(setup, options.experiment, output, options.quiet, false);
+  return execute(setup, options.experiment, output, options.quiet, false, options.remote);
 }
 
 int resume_command(const ResumeOptions& options) {
@@ -187,7 +220,7 @@ int resume_command(const ResumeOptions& options) {
   // The run log holds the resolved experiment: resolving it again rebuilds the same run.
   const std::string config_text = RunLogReader(options.run).config();
   const ExperimentSetup setup = resolve_experiment(Config::from_yaml(config_text, options.run + ":/config"), loader);
-  return execute(setup, options.run + ":/config", options.run, options.quiet, true);
+  return execute(setup, options.run + ":/config", options.run, options.quiet, true, options.remote);
 }
 
 }  // namespace fax::cli

@@ -29,29 +29,57 @@ size_t ClientStates::size() const {
   return states_.size();
 }
 
-TensorTree ClientStates::stacked() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (states_.empty()) return {};
+namespace {
+
+// States in stacked() form: ids under "id", the states' leaves stacked in that order.
+TensorTree stack_states(const std::vector<std::pair<int64_t, const TensorTree*>>& states) {
+  if (states.empty()) return {};
   std::vector<int64_t> ids;
   std::vector<TensorTree> rows;
-  for (const auto& [id, state] : states_) {
+  for (const auto& [id, state] : states) {
     ids.push_back(id);
-    rows.push_back(state);
+    rows.push_back(*state);
   }
   TensorTree out{{"id", at::tensor(ids, at::kLong)}};
   for (const auto& [name, t] : stack(rows)) out.set(name, t);
   return out;
 }
 
-void ClientStates::restore(const TensorTree& stacked) {
+}  // namespace
+
+TensorTree ClientStates::stacked() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  states_.clear();
+  std::vector<std::pair<int64_t, const TensorTree*>> all;
+  for (const auto& [id, state] : states_) all.emplace_back(id, &state);
+  return stack_states(all);
+}
+
+TensorTree ClientStates::subset(const std::vector<int64_t>& ids) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::pair<int64_t, const TensorTree*>> some;
+  for (int64_t id : ids) {
+    const auto it = states_.find(id);
+    if (it != states_.end()) some.emplace_back(id, &it->second);
+  }
+  return stack_states(some);
+}
+
+void ClientStates::restore(const TensorTree& stacked) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    states_.clear();
+  }
+  merge(stacked);
+}
+
+void ClientStates::merge(const TensorTree& stacked) {
   if (stacked.empty()) return;
   const at::Tensor ids = stacked.at("id");
   TensorTree leaves;
   for (const auto& [name, t] : stacked)
     if (name != "id") leaves.set(name, t);
   const auto rows = unstack(leaves);
+  std::lock_guard<std::mutex> lock(mutex_);
   for (int64_t i = 0; i < ids.numel(); ++i) states_[ids[i].item<int64_t>()] = rows[i];
 }
 

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <mutex>
 
+#include <c10/util/Exception.h>
+
 namespace fax {
 
 void warn(const std::string& message) {
@@ -15,6 +17,18 @@ void warn(const std::string& message) {
 }  // namespace fax
 
 namespace fax::detail {
+
+std::string describe(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
 
 void throw_internal(const char* file, int line, const char* condition, const std::string& message) {
   throw InternalError(fmt::format("internal error at {}:{}: {} ({})", file, line, message, condition));

@@ -85,17 +85,26 @@ Cohort sample_cohort(const FederatedDataset& data, int64_t size, uint64_t seed, 
   return Cohort(std::move(ids), std::move(weights));
 }
 
-Experiment::Experiment(const Config& config, Algorithm& algorithm, const Model& model, const FederatedDataset& data)
-    : config_(config), algorithm_(algorithm), model_(model), data_(data), mesh_(mesh_options(config)) {
+Experiment::Experiment(const Config& config, Algorithm& algorithm, const Model& model, const FederatedDataset& data,
+                       Coordinator* remote)
+    : config_(config),
+      algorithm_(algorithm),
+      model_(model),
+      data_(data),
+      remote_(remote),
+      mesh_options_(fax::mesh_options(config)) {
   // Checked before any round (and before a run log is written).
   FAX_CHECK(config.get_int("cohort.size") <= data.num_clients(),
             "{}: cohort.size ({}) is larger than the population of {}", config.origin("cohort.size").str(),
             config.get_int("cohort.size"), data.describe());
+  if (remote_ != nullptr) {
+    mesh_options_.executors = static_cast<int>(std::clamp<int64_t>(remote_->ready_workers(), 1, mesh_options_.logical_shards));
+  }
 }
 
 StringPairs Experiment::environment() const {
-  const MeshOptions& o = mesh_.options();
-  return {{"fax_version", FAX_VERSION},
+  const MeshOptions& o = mesh_options_;
+  StringPairs env{{"fax_version", FAX_VERSION},
           {"torch_version", TORCH_VERSION},
           {"host", host_name()},
           {"seed", std::to_string(config_.get_int("seed"))},
@@ -106,6 +115,8 @@ StringPairs Experiment::environment() const {
           {"hardware_threads", std::to_string(std::thread::hardware_concurrency())},
           {"data", data_.describe()},
           {"model", model_.describe()}};
+  if (remote_ != nullptr) env.emplace_back("remote", fmt::format("coordinator at {}", remote_->address()));
+  return env;
 }
 
 Metrics Experiment::evaluate(const TensorTree& params) {
@@ -113,8 +124,17 @@ Metrics Experiment::evaluate(const TensorTree& params) {
   FAX_CHECK(test.size() > 0, "{} has no test examples to evaluate on", data_.describe());
   // The test split is cut into one pseudo-client per logical shard, so evaluation is spread over
   // the executors and, like training, independent of their number.
-  const int64_t parts = std::min<int64_t>(mesh_.options().logical_shards, test.size());
-  const at::Tensor totals = mesh_.run(Cohort::range(parts), [&](Program&) {
+  const int64_t parts = std::min<int64_t>(mesh_options_.logical_shards, test.size());
+  const at::Tensor totals =
+      run_task(TaskKind::evaluate, {}, Cohort::range(parts), parts, params).at("totals");
+  const double n = totals[2].item<double>();
+  return {{"eval/loss", totals[0].item<double>() / n}, {"eval/accuracy", totals[1].item<double>() / n}};
+}
+
+Server<TensorTree> Experiment::program(Program& p, TaskKind kind, const TensorTree& input) {
+  if (kind == TaskKind::evaluate) {
+    const Examples& test = data_.test();
+    const int64_t parts = p.cohort_size();
     const auto sums = map_clients(MapOptions{1}, [&](const ClientChunk& c) {
       at::NoGradGuard no_grad;
       const int64_t part = c.client_id(0);
@@ -123,7 +143,7 @@ Metrics Experiment::evaluate(const TensorTree& params) {
       at::Tensor acc = at::zeros({3}, at::kDouble);
       for (int64_t b = begin; b < end; b += kEvalBatch) {
         const int64_t n = std::min(kEvalBatch, end - b);
-        const at::Tensor logits = model_.forward(params, test.x.narrow(0, b, n));
+        const at::Tensor logits = model_.forward(input, test.x.narrow(0, b, n));
         const at::Tensor y = test.y.narrow(0, b, n);
         acc[0] += per_example(cross_entropy(logits, y), 1).sum().to(at::kDouble);
         acc[1] += per_example(correct(logits, y), 1).sum().to(at::kDouble);
@@ -131,10 +151,58 @@ Metrics Experiment::evaluate(const TensorTree& params) {
       }
       return acc.unsqueeze(0);
     });
-    return sum(sums);
-  }).value();
-  const double n = totals[2].item<double>();
-  return {{"eval/loss", totals[0].item<double>() / n}, {"eval/accuracy", totals[1].item<double>() / n}};
+    return Server<TensorTree>(TensorTree{{"totals", sum(sums).value()}});
+  }
+  // Each executor works on its own copy: the algorithm's updates never touch shared tensors.
+  ServerState state{clone(unprefixed(input, "params/")), clone(unprefixed(input, "extra/"))};
+  const NonFinite nonfinite = config_.get_string("execution.nonfinite") == "drop" ? NonFinite::drop : NonFinite::stop;
+  RoundContext ctx{p, model_, data_, p.round(), client_states_, nonfinite};
+  RoundMetrics metrics = algorithm_.round(state, ctx);
+  // Everything the coordinator needs travels as one server value.
+  TensorTree out = join({prefixed(state.params, "params/"), prefixed(state.extra, "extra/"),
+                         prefixed(metrics.server, "metrics/")});
+  if (config_.get_bool("logging.per_client")) {
+    for (const auto& [name, values] : metrics.clients) out.set("clients/" + name, collect(values).value());
+  }
+  return Server<TensorTree>(std::move(out));
+}
+
+namespace {
+constexpr const char* kClientStates = "client_states/";
+
+TensorTree without_prefix(const TensorTree& tree, const std::string& prefix) {
+  TensorTree out;
+  for (const auto& [name, t] : tree)
+    if (name.rfind(prefix, 0) != 0) out.set(name, t);
+  return out;
+}
+}  // namespace
+
+TensorTree Experiment::run_task(TaskKind kind, RoundInfo info, const Cohort& cohort, int64_t logical_shards,
+                                const TensorTree& input) {
+  if (remote_ == nullptr) {
+    if (!mesh_) mesh_ = std::make_unique<Mesh>(mesh_options_);
+    return mesh_->run(cohort, [&](Program& p) { return program(p, kind, input); }, info).value();
+  }
+  // Client states live here; each worker gets its clients' states and returns them updated.
+  const auto replies = remote_->run(kind, info, cohort, logical_shards, [&](int e, const ShardLayout& layout) {
+    const Range mine = layout.executor_clients(e);
+    const std::vector<int64_t> ids(cohort.ids().begin() + mine.begin, cohort.ids().begin() + mine.end);
+    return join({input, prefixed(client_states_.subset(ids), kClientStates)});
+  });
+  for (const auto& reply : replies) client_states_.merge(unprefixed(reply, kClientStates));
+  return without_prefix(replies.front(), kClientStates);
+}
+
+ServerState Experiment::init() {
+  return algorithm_.init(config_, model_, model_.init(server_generator(static_cast<uint64_t>(config_.get_int("seed")), -1)));
+}
+
+TensorTree Experiment::serve(Program& p, TaskKind kind, const TensorTree& input) {
+  client_states_.restore(unprefixed(input, kClientStates));
+  const TensorTree out = detach(program(p, kind, without_prefix(input, kClientStates)).value());
+  // Every executor holds the same server value; one copy is enough.
+  return join({p.executor() == 0 ? out : TensorTree{}, prefixed(client_states_.stacked(), kClientStates)});
 }
 
 TensorTree checkpoint_tree(const ServerState& state, const ClientStates& clients) {
@@ -155,11 +223,10 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
   const int64_t eval_every = config_.get_int("logging.eval_every");
   const int64_t checkpoint_every = config_.get_int("logging.checkpoint_every");
   const bool per_client = config_.get_bool("logging.per_client");
-  const NonFinite nonfinite = config_.get_string("execution.nonfinite") == "drop" ? NonFinite::drop : NonFinite::stop;
 
   RunResult result;
   // init reads the algorithm's settings even when the state then comes from a checkpoint.
-  result.state = algorithm_.init(config_, model_, model_.init(server_generator(seed, -1)));
+  result.state = init();
   const int64_t first = resume != nullptr ? resume->round : 0;
   if (resume != nullptr) {
     result.state = resume->state;
@@ -170,19 +237,9 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
   for (int64_t r = first; r < rounds; ++r) {
     const auto round_start = std::chrono::steady_clock::now();
     const Cohort cohort = sample_cohort(data_, cohort_size, seed, r);
-    const TensorTree packed = mesh_.run(cohort, [&](Program& p) {
-      // Each executor works on its own copy: the algorithm's updates never touch shared tensors.
-      ServerState state{clone(result.state.params), clone(result.state.extra)};
-      RoundContext ctx{p, model_, data_, r, client_states_, nonfinite};
-      RoundMetrics metrics = algorithm_.round(state, ctx);
-      // Everything the coordinator needs travels as one server value.
-      TensorTree out = join({prefixed(state.params, "params/"), prefixed(state.extra, "extra/"),
-                             prefixed(metrics.server, "metrics/")});
-      if (per_client) {
-        for (const auto& [name, values] : metrics.clients) out.set("clients/" + name, collect(values).value());
-      }
-      return Server<TensorTree>(std::move(out));
-    }, {seed, r}).value();
+    const TensorTree packed =
+        run_task(TaskKind::round, {seed, r}, cohort, mesh_options_.logical_shards,
+                 join({prefixed(result.state.params, "params/"), prefixed(result.state.extra, "extra/")}));
     result.state = {unprefixed(packed, "params/"), unprefixed(packed, "extra/")};
 
     Metrics metrics;

@@ -9,6 +9,8 @@
 #include <fax/cohort.h>
 #include <fax/error.h>
 
+#include "ordered_sum.h"
+
 namespace fax {
 namespace {
 
@@ -137,15 +139,6 @@ class LocalHub {
 
 namespace {
 
-// Writes elements [begin, begin + length) of value j summed over `ordered` partials, in order.
-void ordered_sum_slice(const std::vector<const ShardPartial*>& ordered, size_t j, const at::Tensor& out,
-                       int64_t begin, int64_t length) {
-  at::Tensor dst = out.view({-1}).narrow(0, begin, length);
-  dst.copy_(ordered.front()->values[j].reshape({-1}).narrow(0, begin, length));
-  for (size_t s = 1; s < ordered.size(); ++s)
-    dst.add_(ordered[s]->values[j].reshape({-1}).narrow(0, begin, length));
-}
-
 // Splits value j's elements over ranks: returns rank's [begin, length).
 Range value_slice(int64_t numel, size_t j, int rank, int ranks) {
   if (numel < kSplitThreshold) {
@@ -178,9 +171,9 @@ class LocalCommunicator final : public Communicator {
     const auto ordered = gather_ordered(inputs);
     auto& outputs = hub_->outputs(parity);
     for (size_t j = 0; j < outputs.size(); ++j) {
-      check_shapes(ordered, j);
+      detail::check_same_shapes(ordered, j);
       const Range slice = value_slice(outputs[j].numel(), j, rank_, size());
-      if (slice.size() > 0) ordered_sum_slice(ordered, j, outputs[j], slice.begin, slice.size());
+      if (slice.size() > 0) detail::ordered_sum_slice(ordered, j, outputs[j], slice.begin, slice.size());
     }
     hub_->rendezvous(rank_, {Kind::allreduce_sum, 1, count});
     if (size() == 1) return std::move(outputs);  // nobody else reads it
@@ -225,29 +218,12 @@ class LocalCommunicator final : public Communicator {
   void reset_sequence() { sequence_ = 0; }
 
  private:
-  // All ranks' shard partials sorted by shard index; each shard must appear once.
+  // All ranks' shard partials sorted by shard index.
   static std::vector<const ShardPartial*> gather_ordered(const std::vector<const void*>& inputs) {
-    std::vector<const ShardPartial*> ordered;
+    std::vector<const ShardPartial*> all;
     for (const void* in : inputs)
-      for (const auto& p : *static_cast<const std::vector<ShardPartial>*>(in)) ordered.push_back(&p);
-    std::sort(ordered.begin(), ordered.end(),
-              [](const ShardPartial* a, const ShardPartial* b) { return a->shard < b->shard; });
-    for (size_t i = 0; i < ordered.size(); ++i)
-      FAX_ASSERT(ordered[i]->shard == static_cast<int64_t>(i), "allreduce: logical shards are {} at position {}",
-                 ordered[i]->shard, i);
-    FAX_ASSERT(!ordered.empty(), "allreduce over no logical shards");
-    return ordered;
-  }
-
-  static void check_shapes(const std::vector<const ShardPartial*>& ordered, size_t j) {
-    const at::Tensor& first = ordered.front()->values[j];
-    for (const auto* p : ordered) {
-      const at::Tensor& v = p->values[j];
-      FAX_ASSERT(v.sizes() == first.sizes() && v.scalar_type() == first.scalar_type(),
-                 "allreduce value {}: shard {} has shape [{}] {}, shard 0 has [{}] {}", j, p->shard,
-                 fmt::join(v.sizes(), ","), c10::toString(v.scalar_type()), fmt::join(first.sizes(), ","),
-                 c10::toString(first.scalar_type()));
-    }
+      for (const auto& p : *static_cast<const std::vector<ShardPartial>*>(in)) all.push_back(&p);
+    return detail::by_shard(std::move(all));
   }
 
   std::shared_ptr<LocalHub> hub_;

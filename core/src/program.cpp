@@ -15,16 +15,10 @@
 namespace fax {
 namespace {
 thread_local Program* current_program = nullptr;
-
-// Sets the thread's current program for the duration of a scope.
-class CurrentProgram {
- public:
-  explicit CurrentProgram(Program& p) { current_program = &p; }
-  ~CurrentProgram() { current_program = nullptr; }
-  CurrentProgram(const CurrentProgram&) = delete;
-  CurrentProgram& operator=(const CurrentProgram&) = delete;
-};
 }  // namespace
+
+detail::ProgramScope::ProgramScope(Program& p) { current_program = &p; }
+detail::ProgramScope::~ProgramScope() { current_program = nullptr; }
 
 TensorTree detail::detached(const TensorTree& x) { return detach(x); }
 
@@ -133,18 +127,6 @@ struct Mesh::Impl {
 };
 
 namespace {
-std::string describe(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown exception";
-  }
-}
-
 MeshOptions validated(MeshOptions o) {
   FAX_CHECK(o.executors > 0, "execution.executors must be positive (got {})", o.executors);
   FAX_CHECK(o.threads_per_executor > 0, "execution.threads must be positive (got {})", o.threads_per_executor);
@@ -184,7 +166,7 @@ void Mesh::run_erased(const Cohort& cohort, RoundInfo info, const std::function<
     Communicator& comm = impl_->group.communicator(rank);
     try {
       Program p(cohort, layout, rank, comm, info, o.vectorize);
-      CurrentProgram scope(p);
+      detail::ProgramScope scope(p);
       program(p);
     } catch (...) {
       errors[rank] = std::current_exception();
@@ -192,7 +174,7 @@ void Mesh::run_erased(const Cohort& cohort, RoundInfo info, const std::function<
         std::lock_guard<std::mutex> lock(failure_mutex);
         if (first_failure < 0) first_failure = rank;
       }
-      comm.abort(fmt::format("executor {} failed in round {}: {}", rank, info.round, describe(errors[rank])));
+      comm.abort(fmt::format("executor {} failed in round {}: {}", rank, info.round, detail::describe(errors[rank])));
     }
     comm.finish();
   });

@@ -50,8 +50,8 @@ class Algorithm {
   virtual ~Algorithm() = default;
 
   /// Reads the algorithm's settings ("algorithm.<key>", all declared by the plugin) and returns
-  /// the state before round 0, given the model's initial parameters. Runs once, on the
-  /// coordinator, outside any program.
+  /// the state before round 0, given the model's initial parameters. Runs once per process,
+  /// outside any program: on the coordinator, and on every remote worker before its first task.
   virtual ServerState init(const Config& config, const Model& model, TensorTree initial_params) = 0;
 
   /// One round on this executor's copy of the state, which it replaces. Clients are combined only

@@ -26,6 +26,10 @@ class ClientStates {
   TensorTree stacked() const;
   /// Replaces the contents with what stacked() produced.
   void restore(const TensorTree& stacked);
+  /// Like stacked(), for the clients among `ids` that have a state.
+  TensorTree subset(const std::vector<int64_t>& ids) const;
+  /// Adds or replaces the states in `stacked` (as stacked() produced it), keeping the others.
+  void merge(const TensorTree& stacked);
 
  private:
   mutable std::mutex mutex_;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -24,6 +25,8 @@ class InternalError : public std::logic_error {
 void warn(const std::string& message);
 
 namespace detail {
+/// The message of a caught exception (LibTorch's without its backtrace).
+std::string describe(const std::exception_ptr& error);
 [[noreturn]] void throw_internal(const char* file, int line, const char* condition,
                                  const std::string& message);
 }  // namespace detail

@@ -9,6 +9,7 @@
 #include <fax/data.h>
 #include <fax/model.h>
 #include <fax/program.h>
+#include <fax/remote.h>
 #include <fax/run_log.h>
 
 namespace fax {
@@ -61,9 +62,14 @@ ResumePoint resume_point(int64_t round, const TensorTree& checkpoint);
 /// logs every round to `log` (if given) and checkpoints every logging.checkpoint_every rounds and
 /// after the last. Every random draw is keyed by (seed, round, client), so a run resumed from a
 /// checkpoint continues with the same bits as one that never stopped.
+///
+/// Rounds and evaluations run on local executor threads, or, given a coordinator, on remote
+/// workers: each worker builds the same Experiment from the coordinator's config and runs
+/// serve() for every task, with the same bits as a local run.
 class Experiment {
  public:
-  Experiment(const Config& config, Algorithm& algorithm, const Model& model, const FederatedDataset& data);
+  Experiment(const Config& config, Algorithm& algorithm, const Model& model, const FederatedDataset& data,
+             Coordinator* remote = nullptr);
 
   /// `resume`: continue after its round from its state instead of starting at round 0. `stop` is
   /// asked after every round; when it says yes the state is checkpointed and the run ends.
@@ -77,15 +83,32 @@ class Experiment {
   /// Environment entries for /env: versions, host, seed, mesh.
   StringPairs environment() const;
 
-  Mesh& mesh() { return mesh_; }
+  /// The algorithm's state before round 0: Algorithm::init on the model's seeded initial
+  /// parameters. run() calls it; a remote worker calls it once before serving tasks, because
+  /// init is where the algorithm reads its settings.
+  ServerState init();
+
+  /// A remote worker's part of a task the coordinator's Experiment sent: the program of a round
+  /// or an evaluation on this executor's clients, with the client states the input carries.
+  TensorTree serve(Program& program, TaskKind kind, const TensorTree& input);
+
+  /// The executors, logical shards, threads and chunking this experiment runs with (executors:
+  /// local threads, or with a coordinator its workers when the run starts).
+  const MeshOptions& mesh_options() const { return mesh_options_; }
   ClientStates& client_states() { return client_states_; }
 
  private:
+  Server<TensorTree> program(Program& p, TaskKind kind, const TensorTree& input);
+  TensorTree run_task(TaskKind kind, RoundInfo info, const Cohort& cohort, int64_t logical_shards,
+                      const TensorTree& input);
+
   const Config& config_;
   Algorithm& algorithm_;
   const Model& model_;
   const FederatedDataset& data_;
-  Mesh mesh_;
+  Coordinator* remote_;
+  MeshOptions mesh_options_;
+  std::unique_ptr<Mesh> mesh_;  // local executors, started on first use
   ClientStates client_states_;
 };
 

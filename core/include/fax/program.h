@@ -88,6 +88,15 @@ struct MeshOptions {
 };
 
 namespace detail {
+/// Makes `p` the current program of this thread for the scope's lifetime (what executor backends
+/// do around a program).
+class ProgramScope {
+ public:
+  explicit ProgramScope(Program& p);
+  ~ProgramScope();
+  ProgramScope(const ProgramScope&) = delete;
+  ProgramScope& operator=(const ProgramScope&) = delete;
+};
 inline at::Tensor detached(const at::Tensor& x) { return x.detach(); }
 TensorTree detached(const TensorTree& x);
 template <class T>

@@ -1,0 +1,733 @@
+#include <fax/remote.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <tensorpipe/tensorpipe.h>
+#include <torch/version.h>
+
+#include <fax/error.h>
+#include <fax/version.h>
+
+#include "ordered_sum.h"
+#include "remote_wire.h"
+
+namespace fax {
+namespace {
+
+using namespace remote;
+using Clock = std::chrono::steady_clock;
+constexpr auto kPoll = std::chrono::milliseconds(50);
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
+}
+
+// Compares secrets in time that does not depend on where they differ.
+bool same_secret(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+std::string default_worker_name() {
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "unknown");
+  return fmt::format("{}:{}", host, getpid());
+}
+
+// Collectives, as the frames that carry them name them.
+enum class Op : int64_t { allreduce_sum = 1, broadcast, allgather, barrier };
+
+const char* op_name(int64_t op) {
+  switch (static_cast<Op>(op)) {
+    case Op::allreduce_sum: return "allreduce_sum";
+    case Op::broadcast: return "broadcast";
+    case Op::allgather: return "allgather";
+    case Op::barrier: return "barrier";
+  }
+  return "?";
+}
+
+std::string task_name(TaskKind kind, int64_t round) {
+  return kind == TaskKind::round ? fmt::format("round {}", round + 1) : std::string("an evaluation");
+}
+
+void log_line(const LogFn& log, const std::string& line) {
+  if (log) log(line);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Coordinator
+
+struct Coordinator::Impl {
+  enum class State { greeting, loading, ready, gone };
+  struct Worker {
+    std::string name;
+    std::shared_ptr<Connection> connection;
+    std::shared_ptr<std::atomic<int64_t>> last_seen;
+    State state = State::greeting;
+  };
+  // What TensorPipe's callbacks hand to the coordinator's thread.
+  struct Event {
+    enum What { connected, frame, lost } what = frame;
+    int worker = -1;
+    std::shared_ptr<Connection> connection;
+    std::shared_ptr<std::atomic<int64_t>> last_seen;
+    Frame message;
+    std::string error;
+  };
+
+  explicit Impl(CoordinatorOptions o) : options(std::move(o)) {
+    FAX_CHECK(!options.token.empty(),
+              "remote workers need a shared token: pass --token-file FILE or set FAX_TOKEN (on the coordinator and "
+              "every worker)");
+    FAX_CHECK(options.workers >= 1, "--workers must be at least 1 (got {})", options.workers);
+    FAX_CHECK(options.timeout_s > 0 && options.heartbeat_s > 0 && options.heartbeat_s < options.timeout_s,
+              "the worker timeout ({} s) must be positive and longer than the heartbeat period ({} s)",
+              options.timeout_s, options.heartbeat_s);
+    const std::string url = tcp_url(options.listen);
+    context = make_context("coordinator");
+    try {
+      listener = context->listen({url});
+      address = listener->address("tcp");
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("cannot listen on {}: {}", options.listen, e.what()));
+    }
+    accept_next();
+  }
+
+  ~Impl() {
+    // Tell every live worker the run is over; give the messages a moment to leave.
+    auto pending = std::make_shared<std::atomic<int>>(0);
+    for (auto& [id, w] : workers) {
+      if (w.state == State::gone) continue;
+      ++*pending;
+      w.connection->send(Frame(Kind::bye), [pending] { --*pending; });
+    }
+    const auto start = Clock::now();
+    while (*pending > 0 && seconds_since(start) < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (auto& [id, w] : workers) w.connection->close();
+    listener->close();
+    context->close();
+    context->join();
+  }
+
+  void accept_next() {
+    listener->accept([this](const tensorpipe::Error& error, std::shared_ptr<tensorpipe::Pipe> pipe) {
+      if (error) {
+        if (!error.isOfType<tensorpipe::ListenerClosedError>()) {
+          Event e;
+          e.what = Event::lost;
+          e.error = error.what();
+          inbox.push(std::move(e));  // worker -1: the listener itself
+        }
+        return;
+      }
+      const int id = next_worker++;
+      auto seen = std::make_shared<std::atomic<int64_t>>(now_ms());
+      auto connection = std::make_shared<Connection>(
+          std::move(pipe),
+          [this, id, seen](Frame f) {
+            *seen = now_ms();
+            Event e;
+            e.what = Event::frame;
+            e.worker = id;
+            e.message = std::move(f);
+            inbox.push(std::move(e));
+          },
+          [this, id](const std::string& why) {
+            Event e;
+            e.what = Event::lost;
+            e.worker = id;
+            e.error = why;
+            inbox.push(std::move(e));
+          });
+      Event e;
+      e.what = Event::connected;
+      e.worker = id;
+      e.connection = connection;
+      e.last_seen = seen;
+      inbox.push(std::move(e));
+      connection->start();
+      accept_next();
+    });
+  }
+
+  int count(State state) const {
+    return static_cast<int>(std::count_if(workers.begin(), workers.end(),
+                                          [&](const auto& w) { return w.second.state == state; }));
+  }
+
+  void drop(int id, const std::string& why) {
+    Worker& w = workers.at(id);
+    if (w.state == State::gone) return;
+    const bool was_admitted = w.state == State::loading || w.state == State::ready;
+    w.state = State::gone;
+    w.connection->close();
+    if (was_admitted) {
+      ++dropped;
+      log_line(options.log, fmt::format("dropped worker {}: {}", w.name, why));
+    }
+  }
+
+  void refuse(Worker& w, const std::string& why) {
+    log_line(options.log, fmt::format("refused a worker ({}): {}", w.name, why));
+    w.state = State::gone;
+    auto connection = w.connection;
+    connection->send(Frame(Kind::refuse).s(why), [connection] { connection->close(); });
+  }
+
+  void on_hello(Worker& w, const Frame& f) {
+    FrameReader in(f, "a connecting worker");
+    const int64_t protocol = in.i();
+    const std::string fax_version = in.s(), torch_version = in.s(), token = in.s();
+    w.name = in.s();
+    if (!same_secret(token, options.token)) return refuse(w, "wrong token");
+    if (protocol != kProtocolVersion || fax_version != FAX_VERSION || torch_version != TORCH_VERSION) {
+      return refuse(w, fmt::format("version mismatch: coordinator fax {} / LibTorch {} / protocol {}, worker fax {} / "
+                                   "LibTorch {} / protocol {}",
+                                   FAX_VERSION, TORCH_VERSION, kProtocolVersion, fax_version, torch_version, protocol));
+    }
+    w.state = State::loading;
+    w.connection->allow_tensors();
+    w.connection->send(Frame(Kind::welcome)
+                           .i(static_cast<int64_t>(options.heartbeat_s * 1000))
+                           .s(options.experiment));
+    log_line(options.log, fmt::format("worker {} connected; loading the experiment", w.name));
+  }
+
+  // Handles connection management; returns the events a running task must see (frames of ready
+  // workers, and the loss of ready workers).
+  std::optional<Event> next_event() {
+    check_timeouts();
+    if (!lost_ready.empty()) {
+      Event e;
+      e.what = Event::lost;
+      e.worker = lost_ready.front();
+      lost_ready.erase(lost_ready.begin());
+      return e;
+    }
+    std::optional<Event> got = inbox.pop(kPoll);
+    if (!got) return std::nullopt;
+    Event& e = *got;
+    if (e.worker < 0) throw Error(fmt::format("the listener on {} failed: {}", address, e.error));
+    if (e.what == Event::connected) {
+      workers[e.worker] = Worker{fmt::format("#{}", e.worker), e.connection, e.last_seen, State::greeting};
+      return std::nullopt;
+    }
+    auto it = workers.find(e.worker);
+    if (it == workers.end() || it->second.state == State::gone) return std::nullopt;
+    Worker& w = it->second;
+    if (e.what == Event::lost) {
+      const bool was_ready = w.state == State::ready;
+      drop(e.worker, fmt::format("connection lost ({})", e.error));
+      return was_ready ? got : std::nullopt;
+    }
+    try {
+      switch (w.state) {
+        case State::greeting:
+          FAX_CHECK(e.message.kind == Kind::hello, "expected hello, got {}", kind_name(e.message.kind));
+          on_hello(w, e.message);
+          return std::nullopt;
+        case State::loading:
+          if (e.message.kind == Kind::ready) {
+            w.state = State::ready;
+            log_line(options.log, fmt::format("worker {} ready ({} ready)", w.name, count(State::ready)));
+          } else if (e.message.kind == Kind::setup_failed) {
+            setup_error = fmt::format("worker {} could not load the experiment: {}", w.name,
+                                      FrameReader(e.message, w.name).s());
+            drop(e.worker, setup_error);
+          }
+          return std::nullopt;
+        case State::ready:
+          if (e.message.kind == Kind::heartbeat) return std::nullopt;
+          return got;
+        case State::gone:
+          return std::nullopt;
+      }
+    } catch (const Error& error) {
+      const std::string why = fmt::format("protocol error: {}", error.what());
+      if (w.state == State::greeting) {
+        refuse(w, why);
+      } else {
+        const bool was_ready = w.state == State::ready;
+        drop(e.worker, why);
+        if (was_ready) lost_ready.push_back(e.worker);
+      }
+    }
+    return std::nullopt;
+  }
+
+  void check_timeouts() {
+    const int64_t now = now_ms();
+    for (auto& [id, w] : workers) {
+      if (w.state != State::loading && w.state != State::ready) continue;
+      const double silent_s = static_cast<double>(now - w.last_seen->load()) / 1000.0;
+      if (silent_s <= options.timeout_s) continue;
+      const bool was_ready = w.state == State::ready;
+      drop(id, fmt::format("silent for {:.1f} s (timeout {} s)", silent_s, options.timeout_s));
+      if (was_ready) lost_ready.push_back(id);
+    }
+  }
+
+  std::vector<int> ready_ids() const {
+    std::vector<int> ids;
+    for (const auto& [id, w] : workers)
+      if (w.state == State::ready) ids.push_back(id);
+    return ids;
+  }
+
+  // The outcome of one collective, once every executor has sent its part.
+  std::vector<at::Tensor> complete(int64_t seq, const std::vector<Frame>& parts, const std::vector<int>& executors) {
+    std::vector<std::pair<int64_t, int64_t>> signatures;
+    for (size_t e = 0; e < parts.size(); ++e) {
+      FrameReader in(parts[e], workers.at(executors[e]).name);
+      in.i();  // task
+      in.i();  // seq
+      const int64_t op = in.i();
+      signatures.emplace_back(op, in.i());
+      if (signatures[e] != signatures[0]) {
+        throw Error(fmt::format(
+            "executors disagree on collective #{}: executor 0 called {}({}) but executor {} called {}({}); every "
+            "executor must run the same collectives in the same order",
+            seq, op_name(signatures[0].first), signatures[0].second, e, op_name(signatures[e].first),
+            signatures[e].second));
+      }
+    }
+    const auto [op, arg] = signatures.front();
+    std::vector<at::Tensor> out;
+    switch (static_cast<Op>(op)) {
+      case Op::allreduce_sum: {
+        // Frame: task, seq, op, values per shard, shards, then shard ids; tensors shard by shard.
+        std::vector<ShardPartial> partials;
+        for (size_t e = 0; e < parts.size(); ++e) {
+          FrameReader in(parts[e], workers.at(executors[e]).name);
+          for (int k = 0; k < 4; ++k) in.i();
+          const int64_t shards = in.i();
+          for (int64_t s = 0; s < shards; ++s) {
+            ShardPartial p;
+            p.shard = in.i();
+            for (int64_t j = 0; j < arg; ++j) p.values.push_back(in.t());
+            partials.push_back(std::move(p));
+          }
+        }
+        std::vector<const ShardPartial*> all;
+        for (const auto& p : partials) all.push_back(&p);
+        const auto ordered = detail::by_shard(std::move(all));
+        for (int64_t j = 0; j < arg; ++j) out.push_back(detail::ordered_sum(ordered, static_cast<size_t>(j)));
+        break;
+      }
+      case Op::broadcast:
+        FAX_CHECK(arg >= 0 && arg < static_cast<int64_t>(parts.size()), "broadcast root {} is not an executor", arg);
+        out = parts[static_cast<size_t>(arg)].tensors;
+        break;
+      case Op::allgather:
+        for (const auto& part : parts) out.push_back(FrameReader(part, "").t());
+        break;
+      case Op::barrier:
+        break;
+      default:
+        throw Error(fmt::format("collective #{}: unknown operation {}", seq, op));
+    }
+    return out;
+  }
+
+  void send_all(const std::vector<int>& executors, const Frame& frame) {
+    for (int id : executors) {
+      Worker& w = workers.at(id);
+      if (w.state == State::ready) w.connection->send(frame);
+    }
+  }
+
+  std::vector<TensorTree> run(TaskKind kind, RoundInfo info, const Cohort& cohort, int64_t logical_shards,
+                              const std::function<TensorTree(int, const ShardLayout&)>& input) {
+    for (;;) {
+      std::vector<int> executors = wait_for_any(kind, info.round);
+      if (static_cast<int64_t>(executors.size()) > logical_shards) executors.resize(static_cast<size_t>(logical_shards));
+      const int E = static_cast<int>(executors.size());
+      const ShardLayout layout(cohort.size(), logical_shards, E);
+      const int64_t task = ++next_task;
+      const at::Tensor ids = at::tensor(cohort.ids(), at::kLong);
+      const at::Tensor weights = at::tensor(cohort.weights(), at::kDouble);
+      for (int e = 0; e < E; ++e) {
+        workers.at(executors[e]).connection->send(Frame(Kind::task)
+                                                      .i(task)
+                                                      .i(static_cast<int64_t>(kind))
+                                                      .i(static_cast<int64_t>(info.seed))
+                                                      .i(info.round)
+                                                      .i(logical_shards)
+                                                      .i(E)
+                                                      .i(e)
+                                                      .t(ids)
+                                                      .t(weights)
+                                                      .tree(input(e, layout)));
+      }
+      std::map<int, int> rank_of;
+      for (int e = 0; e < E; ++e) rank_of[executors[e]] = e;
+      std::map<int64_t, std::vector<std::optional<Frame>>> collectives;
+      std::vector<std::optional<TensorTree>> replies(E);
+      int replied = 0;
+      auto abort_others = [&](const std::string& why) { send_all(executors, Frame(Kind::abort).i(task).s(why)); };
+      for (;;) {
+        std::optional<Event> event = next_event();
+        if (!event) continue;
+        const auto rank = rank_of.find(event->worker);
+        if (rank == rank_of.end()) continue;
+        const int e = rank->second;
+        if (event->what == Event::lost) {
+          log_line(options.log, fmt::format("{}: running it again without worker {}", task_name(kind, info.round),
+                                            workers.at(event->worker).name));
+          abort_others(fmt::format("worker {} was dropped", workers.at(event->worker).name));
+          break;
+        }
+        const std::string& name = workers.at(event->worker).name;
+        FrameReader in(event->message, name);
+        if (in.i() != task) continue;  // a message of an aborted attempt
+        if (event->message.kind == Kind::collective) {
+          const int64_t seq = in.i();
+          auto& slots = collectives[seq];
+          slots.resize(E);
+          slots[e] = std::move(event->message);
+          if (std::any_of(slots.begin(), slots.end(), [](const auto& s) { return !s; })) continue;
+          std::vector<Frame> parts;
+          for (auto& s : slots) parts.push_back(std::move(*s));
+          collectives.erase(seq);
+          std::vector<at::Tensor> result;
+          try {
+            result = complete(seq, parts, executors);
+          } catch (const std::exception& error) {
+            abort_others(error.what());
+            throw Error(fmt::format("{}: {}", task_name(kind, info.round), error.what()));
+          }
+          Frame reply(Kind::result);
+          reply.i(task).i(seq);
+          for (auto& t : result) reply.t(std::move(t));
+          send_all(executors, reply);
+        } else if (event->message.kind == Kind::done) {
+          FAX_CHECK(!replies[e], "worker {} replied twice to task {}", name, task);
+          replies[e] = in.tree();
+          if (++replied == E) {
+            std::vector<TensorTree> out;
+            for (auto& r : replies) out.push_back(std::move(*r));
+            return out;
+          }
+        } else if (event->message.kind == Kind::failed) {
+          const std::string message = in.s();
+          abort_others(fmt::format("executor {} failed", e));
+          throw Error(fmt::format("worker {} (executor {} of {}) failed in {}: {}", name, e, E,
+                                  task_name(kind, info.round), message));
+        }
+      }
+    }
+  }
+
+  // The ready workers; with none, waits up to the timeout for one.
+  std::vector<int> wait_for_any(TaskKind kind, int64_t round) {
+    const auto start = Clock::now();
+    bool said = false;
+    for (;;) {
+      std::vector<int> ids = ready_ids();
+      if (!ids.empty()) return ids;
+      if (!said) {
+        log_line(options.log, fmt::format("{}: no worker left; waiting up to {} s for one to connect to {}",
+                                          task_name(kind, round), options.timeout_s, address));
+        said = true;
+      }
+      FAX_CHECK(seconds_since(start) < options.timeout_s,
+                "{}: every worker is gone and none connected within {} s (dropped: {})", task_name(kind, round),
+                options.timeout_s, dropped);
+      next_event();
+    }
+  }
+
+  CoordinatorOptions options;
+  std::shared_ptr<tensorpipe::Context> context;
+  std::shared_ptr<tensorpipe::Listener> listener;
+  std::string address;
+  Inbox<Event> inbox;
+  std::atomic<int> next_worker{0};
+  std::map<int, Worker> workers;
+  std::vector<int> lost_ready;
+  std::string setup_error;
+  int dropped = 0;
+  int64_t next_task = 0;
+};
+
+Coordinator::Coordinator(CoordinatorOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+Coordinator::~Coordinator() = default;
+
+std::string Coordinator::address() const { return impl_->address; }
+
+int Coordinator::ready_workers() const { return impl_->count(Impl::State::ready); }
+
+int Coordinator::dropped_workers() const { return impl_->dropped; }
+
+void Coordinator::wait_for_workers(const std::function<bool()>& stop) {
+  int reported = -1;
+  while (ready_workers() < impl_->options.workers) {
+    FAX_CHECK(impl_->setup_error.empty(), "{}", impl_->setup_error);
+    FAX_CHECK(!(stop && stop()), "stopped while waiting for workers ({} of {} ready)", ready_workers(),
+              impl_->options.workers);
+    if (ready_workers() != reported) {
+      reported = ready_workers();
+      log_line(impl_->options.log, fmt::format("waiting for workers on {}: {} of {} ready", impl_->address, reported,
+                                               impl_->options.workers));
+    }
+    impl_->next_event();
+  }
+}
+
+std::vector<TensorTree> Coordinator::run(TaskKind kind, RoundInfo info, const Cohort& cohort, int64_t logical_shards,
+                                         const std::function<TensorTree(int, const ShardLayout&)>& input) {
+  return impl_->run(kind, info, cohort, logical_shards, input);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worker
+
+namespace {
+
+// What the worker's connection delivers: a frame, or the connection's end.
+struct Incoming {
+  std::optional<Frame> frame;
+  std::string error;
+};
+
+// The worker's side of a task's collectives: each one is a message to the coordinator and the
+// wait for its result.
+class RemoteCommunicator final : public Communicator {
+ public:
+  RemoteCommunicator(Connection& connection, Inbox<Incoming>& inbox, int64_t task, int rank, int size)
+      : connection_(connection), inbox_(inbox), task_(task), rank_(rank), size_(size) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  std::vector<at::Tensor> allreduce_sum(const std::vector<ShardPartial>& partials) override {
+    const int64_t count = partials.empty() ? 0 : static_cast<int64_t>(partials.front().values.size());
+    Frame f = start(Op::allreduce_sum, count);
+    f.i(static_cast<int64_t>(partials.size()));
+    for (const auto& p : partials) {
+      FAX_ASSERT(static_cast<int64_t>(p.values.size()) == count, "shard partials of unequal length");
+      f.i(p.shard);
+      for (const auto& v : p.values) f.t(v);
+    }
+    return exchange(std::move(f));
+  }
+
+  std::vector<at::Tensor> broadcast(const std::vector<at::Tensor>& values, int root) override {
+    FAX_CHECK(root >= 0 && root < size_, "broadcast root {} is not an executor (0..{})", root, size_ - 1);
+    Frame f = start(Op::broadcast, root);
+    if (rank_ == root)
+      for (const auto& v : values) f.t(v);
+    return exchange(std::move(f));
+  }
+
+  std::vector<at::Tensor> allgather(const at::Tensor& local) override {
+    return exchange(start(Op::allgather, 1).t(local));
+  }
+
+  void barrier() override { exchange(start(Op::barrier, 0)); }
+  // The coordinator learns of a failure from the worker's reply; a finished rank needs no word.
+  void abort(const std::string&) override {}
+  void finish() override {}
+
+  bool aborted() const { return aborted_; }
+  bool bye() const { return bye_; }
+  const std::string& lost() const { return lost_; }
+
+ private:
+  Frame start(Op op, int64_t arg) {
+    Frame f(Kind::collective);
+    f.i(task_).i(sequence_).i(static_cast<int64_t>(op)).i(arg);
+    return f;
+  }
+
+  std::vector<at::Tensor> exchange(Frame f) {
+    const int64_t seq = sequence_++;
+    connection_.send(std::move(f));
+    for (;;) {
+      std::optional<Incoming> in = inbox_.pop(std::chrono::milliseconds(1000));
+      if (!in) continue;
+      if (!in->frame) {
+        lost_ = in->error;
+        throw Error(fmt::format("lost the coordinator: {}", in->error));
+      }
+      Frame& frame = *in->frame;
+      if (frame.kind == Kind::bye) {
+        bye_ = true;
+        throw Error("the coordinator ended the run");
+      }
+      if (frame.kind != Kind::abort && frame.kind != Kind::result) continue;
+      FrameReader fields(frame, "the coordinator");
+      if (fields.i() != task_) continue;  // a message of an earlier task
+      if (frame.kind == Kind::abort) {
+        aborted_ = true;
+        throw Error(fmt::format("task aborted by the coordinator: {}", fields.s()));
+      }
+      if (fields.i() == seq) return std::move(frame.tensors);
+    }
+  }
+
+  Connection& connection_;
+  Inbox<Incoming>& inbox_;
+  int64_t task_;
+  int rank_;
+  int size_;
+  int64_t sequence_ = 0;
+  bool aborted_ = false;
+  bool bye_ = false;
+  std::string lost_;
+};
+
+// Sends a heartbeat every period until destroyed.
+class Heartbeat {
+ public:
+  Heartbeat(std::shared_ptr<Connection> connection, std::chrono::milliseconds period)
+      : thread_([this, connection, period] {
+          std::unique_lock<std::mutex> lock(mutex_);
+          while (!cv_.wait_for(lock, period, [&] { return stopping_; })) connection->send(Frame(Kind::heartbeat));
+        }) {}
+  ~Heartbeat() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+// Connects and says hello; returns the coordinator's first answer (welcome or refuse), retrying
+// while the coordinator is not there yet.
+std::shared_ptr<Connection> connect(tensorpipe::Context& context, const WorkerOptions& o, const std::string& name,
+                                    Inbox<Incoming>& inbox, Frame& answer) {
+  const std::string url = tcp_url(o.connect);
+  const auto start = Clock::now();
+  std::string last_error;
+  for (;;) {
+    auto connection = std::make_shared<Connection>(
+        context.connect(url), [&inbox](Frame f) { inbox.push({std::move(f), {}}); },
+        [&inbox](const std::string& why) { inbox.push({std::nullopt, why}); });
+    connection->start();
+    connection->send(Frame(Kind::hello).i(kProtocolVersion).s(FAX_VERSION).s(TORCH_VERSION).s(o.token).s(name));
+    std::optional<Incoming> in;
+    while (!(in = inbox.pop(kPoll)) && seconds_since(start) < o.connect_timeout_s) {
+    }
+    if (in && in->frame) {
+      answer = std::move(*in->frame);
+      return connection;
+    }
+    connection->close();
+    if (in) last_error = in->error;
+    FAX_CHECK(seconds_since(start) < o.connect_timeout_s, "cannot reach the coordinator at {} within {} s: {}",
+              o.connect, o.connect_timeout_s, last_error.empty() ? "no answer" : last_error);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+}  // namespace
+
+void run_worker(const WorkerOptions& o, const std::function<WorkerSetup(const std::string&)>& setup) {
+  const std::string name = o.name.empty() ? default_worker_name() : o.name;
+  FAX_CHECK(!o.token.empty(), "a worker needs the coordinator's token: pass --token-file FILE or set FAX_TOKEN");
+  auto context = make_context(name);
+  Inbox<Incoming> inbox;
+  Frame answer;
+  std::shared_ptr<Connection> connection = connect(*context, o, name, inbox, answer);
+  // Whatever happens below, the pipe and context close before the inbox they write to goes away.
+  struct Closer {
+    std::shared_ptr<Connection>& c;
+    tensorpipe::Context& context;
+    ~Closer() {
+      c->close();
+      context.close();
+      context.join();
+    }
+  } closer{connection, *context};
+
+  if (answer.kind == Kind::refuse) {
+    throw Error(fmt::format("the coordinator at {} refused this worker: {}", o.connect,
+                            FrameReader(answer, "the coordinator").s()));
+  }
+  FAX_CHECK(answer.kind == Kind::welcome, "the coordinator at {} answered {} to hello", o.connect,
+            kind_name(answer.kind));
+  FrameReader welcome(answer, "the coordinator");
+  const auto heartbeat_period = std::chrono::milliseconds(welcome.i());
+  const std::string experiment = welcome.s();
+  connection->allow_tensors();
+  log_line(o.log, fmt::format("connected to {} as {}; loading the experiment", o.connect, name));
+  const Heartbeat heartbeat(connection, heartbeat_period);
+
+  WorkerSetup ws;
+  try {
+    ws = setup(experiment);
+  } catch (const std::exception& e) {
+    connection->send(Frame(Kind::setup_failed).s(e.what()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    throw;
+  }
+  at::set_num_threads(ws.threads);
+  connection->send(Frame(Kind::ready));
+  log_line(o.log, fmt::format("ready ({} intra-op threads)", ws.threads));
+
+  for (;;) {
+    std::optional<Incoming> in = inbox.pop(std::chrono::milliseconds(1000));
+    if (!in) continue;
+    FAX_CHECK(in->frame.has_value(), "lost the coordinator at {}: {}", o.connect, in->error);
+    const Frame& frame = *in->frame;
+    if (frame.kind == Kind::bye) break;
+    if (frame.kind != Kind::task) continue;  // results and aborts of a task that already ended here
+
+    FrameReader task_in(frame, "the coordinator");
+    const int64_t task = task_in.i();
+    const auto kind = static_cast<TaskKind>(task_in.i());
+    RoundInfo info;
+    info.seed = static_cast<uint64_t>(task_in.i());
+    info.round = task_in.i();
+    const int64_t logical_shards = task_in.i();
+    const int executors = static_cast<int>(task_in.i());
+    const int rank = static_cast<int>(task_in.i());
+    const at::Tensor ids = task_in.t().contiguous();
+    const at::Tensor weights = task_in.t().contiguous();
+    const TensorTree input = task_in.tree();
+    const Cohort cohort(std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel()),
+                        std::vector<double>(weights.data_ptr<double>(), weights.data_ptr<double>() + weights.numel()));
+    RemoteCommunicator communicator(*connection, inbox, task, rank, executors);
+    try {
+      Program program(cohort, ShardLayout(cohort.size(), logical_shards, executors), rank, communicator, info,
+                      ws.vectorize);
+      detail::ProgramScope scope(program);
+      const TensorTree reply = ws.run(program, kind, input);
+      connection->send(Frame(Kind::done).i(task).tree(reply));
+    } catch (...) {
+      if (communicator.bye()) break;
+      FAX_CHECK(communicator.lost().empty(), "lost the coordinator at {}: {}", o.connect, communicator.lost());
+      if (!communicator.aborted()) {
+        connection->send(Frame(Kind::failed).i(task).s(detail::describe(std::current_exception())));
+      }
+    }
+  }
+  log_line(o.log, "the coordinator ended the run");
+}
+
+}  // namespace fax
