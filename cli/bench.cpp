@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <ATen/ATen.h>
@@ -20,6 +21,7 @@
 
 #include <fax/error.h>
 #include <fax/experiment.h>
+#include <fax/remote.h>
 #include <fax/version.h>
 
 #include "commands.h"
@@ -118,16 +120,64 @@ const char* const kMlp = "  name: mlp\n";
 const char* const kCnn = "  name: cnn\n";
 const char* const kTransformer = "  name: transformer\n  depth: 2\n  width: 256\n  heads: 4\n";
 
+// `fax-run worker` processes of this binary on loopback; they exit when their coordinator ends.
+class WorkerProcesses {
+ public:
+  WorkerProcesses(int n, const std::string& address, const std::string& token, const std::vector<std::string>& plugin_dirs) {
+    const std::string exe = fmt::format("/proc/{}/exe", ::getpid());
+    std::vector<std::string> args{exe, "worker", "-q", "--connect", address};
+    for (const auto& dir : plugin_dirs) {
+      args.push_back("--plugin-dir");
+      args.push_back(dir);
+    }
+    for (int i = 0; i < n; ++i) {
+      const pid_t pid = ::fork();
+      FAX_CHECK(pid >= 0, "bench: cannot start a worker process");
+      if (pid == 0) {
+        ::setenv("FAX_TOKEN", token.c_str(), 1);
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        ::execv(exe.c_str(), argv.data());
+        ::_exit(127);
+      }
+      pids_.push_back(pid);
+    }
+  }
+  ~WorkerProcesses() {
+    for (pid_t pid : pids_) ::waitpid(pid, nullptr, 0);
+  }
+  WorkerProcesses(const WorkerProcesses&) = delete;
+  WorkerProcesses& operator=(const WorkerProcesses&) = delete;
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
 class Bench {
  public:
-  explicit Bench(const PluginLoader& loader) : loader_(loader) {}
+  Bench(const PluginLoader& loader, std::vector<std::string> plugin_dirs)
+      : loader_(loader), loader_dirs_(std::move(plugin_dirs)) {}
 
-  // Median round time of `c` (the warm-up and the evaluating last round excluded).
-  Timing time(const Case& c) {
+  // Median round time of `c` (the warm-up and the evaluating last round excluded), on local
+  // executor threads or, with `workers` > 0, on that many `fax-run worker` processes.
+  Timing time(const Case& c, int workers = 0) {
     const Prepared p = prepare(c);
     const FederatedDataset& data = *p.data;
     auto algorithm = p.setup.plugin->create();
-    Experiment experiment(p.setup.config, *algorithm, *p.model, data);
+    // Destroyed in reverse: the coordinator says goodbye before the worker processes are reaped.
+    std::unique_ptr<WorkerProcesses> processes;
+    std::unique_ptr<Coordinator> coordinator;
+    if (workers > 0) {
+      CoordinatorOptions o;
+      o.workers = workers;
+      o.token = fmt::format("bench-{}-{}", ::getpid(), Clock::now().time_since_epoch().count());
+      o.experiment = p.setup.config.to_yaml();
+      coordinator = std::make_unique<Coordinator>(o);
+      processes = std::make_unique<WorkerProcesses>(workers, coordinator->address(), o.token, loader_dirs_);
+      coordinator->wait_for_workers();
+    }
+    Experiment experiment(p.setup.config, *algorithm, *p.model, data, coordinator.get());
     std::vector<double> ends;
     experiment.run(nullptr, [&](const RoundReport& r) { ends.push_back(r.elapsed_s); });
     std::vector<double> rounds;
@@ -198,6 +248,7 @@ class Bench {
   }
 
   const PluginLoader& loader_;
+  std::vector<std::string> loader_dirs_;
   std::map<std::string, std::unique_ptr<FederatedDataset>> data_;
 };
 
@@ -226,7 +277,7 @@ Case rss_case(int64_t cohort) { return {kFmnistLarge, kMlp, cohort, 1, 1, 64, 1}
 
 int bench_command(const BenchOptions& options) {
   const PluginLoader loader(options.plugin_dirs);
-  Bench bench(loader);
+  Bench bench(loader, options.plugin_dirs);
   if (options.rss_probe > 0) {
     bench.time(rss_case(options.rss_probe));
     std::printf("%.1f\n", peak_rss_mib());
@@ -279,6 +330,13 @@ int bench_command(const BenchOptions& options) {
   m.emplace_back("scaling/mlp_weak_efficiency", mlp_scaling);
   m.emplace_back("scaling/cnn_weak_efficiency", cnn_scaling);
 
+  say("remote: MLP cohort 64 on 2 worker processes vs 2 executor threads (TensorPipe over loopback)");
+  const Timing mlp_remote = bench.time({kFmnist, kMlp, 64, 2, 2, 0, rounds}, 2);
+  const Timing mlp_threads = executors == 2 ? mlp : bench.time({kFmnist, kMlp, 64, 2, 2, 0, rounds});
+  m.emplace_back("remote/mlp_round_s", mlp_remote.round_s);
+  m.emplace_back("remote/mlp_threads_round_s", mlp_threads.round_s);
+  m.emplace_back("remote/ratio", mlp_remote.round_s / mlp_threads.round_s);
+
   say("peak RSS at cohort 64 and 2048 (MLP, vectorize 64, separate processes)");
   const double rss64 = probe_rss_mib(64);
   const double rss2048 = probe_rss_mib(2048);
@@ -320,6 +378,8 @@ int bench_command(const BenchOptions& options) {
       {"weak scaling, CNN (1 x 8 vs 2 x 16)", fmt::format("{:.2f}", cnn_scaling), ">= 0.90"},
       {"peak RSS cohort 64 / 2048 (MiB)", fmt::format("{:.0f} / {:.0f} ({:.2f}x)", rss64, rss2048, rss2048 / rss64),
        "<= 1.5x"},
+      {"remote MLP c=64, 2 processes / 2 threads",
+       fmt::format("{:.3f} / {:.3f} ({:.2f}x)", mlp_remote.round_s, mlp_threads.round_s, get("remote/ratio")), "<= 1.2x"},
       {"federated overhead (FedAvg / plain loop)",
        fmt::format("{:.3f} / {:.3f} s ({:.2f}x)", fed_s, plain, fed_s / plain), "<= 1.10x"},
   };

@@ -72,12 +72,12 @@ void log_line(const LogFn& log, const std::string& line) {
 // Coordinator
 
 struct Coordinator::Impl {
-  enum class State { greeting, loading, ready, gone };
+  enum class State { loading, ready, gone };
   struct Worker {
     std::string name;
     std::shared_ptr<Connection> connection;
     std::shared_ptr<std::atomic<int64_t>> last_seen;
-    State state = State::greeting;
+    State state = State::loading;
   };
   // What TensorPipe's callbacks hand to the coordinator's thread.
   struct Event {
@@ -124,6 +124,14 @@ struct Coordinator::Impl {
     context->join();
   }
 
+  // A connection until it has said hello. The hello is answered on TensorPipe's event loop, so
+  // a worker is admitted (or refused) at once, whatever the coordinator's thread is doing.
+  struct Peer {
+    std::weak_ptr<Connection> connection;
+    std::shared_ptr<std::atomic<int64_t>> last_seen = std::make_shared<std::atomic<int64_t>>(now_ms());
+    bool greeted = false;  // touched on the event loop only
+  };
+
   void accept_next() {
     listener->accept([this](const tensorpipe::Error& error, std::shared_ptr<tensorpipe::Pipe> pipe) {
       if (error) {
@@ -136,11 +144,16 @@ struct Coordinator::Impl {
         return;
       }
       const int id = next_worker++;
-      auto seen = std::make_shared<std::atomic<int64_t>>(now_ms());
+      auto peer = std::make_shared<Peer>();
       auto connection = std::make_shared<Connection>(
           std::move(pipe),
-          [this, id, seen](Frame f) {
-            *seen = now_ms();
+          [this, id, peer](Frame f) {
+            *peer->last_seen = now_ms();
+            if (!peer->greeted) {
+              peer->greeted = true;
+              if (auto c = peer->connection.lock()) greet(id, c, peer->last_seen, f);
+              return;
+            }
             Event e;
             e.what = Event::frame;
             e.worker = id;
@@ -154,15 +167,49 @@ struct Coordinator::Impl {
             e.error = why;
             inbox.push(std::move(e));
           });
-      Event e;
-      e.what = Event::connected;
-      e.worker = id;
-      e.connection = connection;
-      e.last_seen = seen;
-      inbox.push(std::move(e));
+      peer->connection = connection;
       connection->start();
       accept_next();
     });
+  }
+
+  // Answers a hello: refused (and closed), or welcomed with the experiment and handed to the
+  // coordinator's thread as a new worker.
+  void greet(int id, const std::shared_ptr<Connection>& connection, std::shared_ptr<std::atomic<int64_t>> last_seen,
+             const Frame& hello) {
+    std::string name = fmt::format("#{}", id);
+    std::string refusal;
+    try {
+      FAX_CHECK(hello.kind == Kind::hello, "expected hello, got {}", kind_name(hello.kind));
+      FrameReader in(hello, "a connecting worker");
+      const int64_t protocol = in.i();
+      const std::string fax_version = in.s(), torch_version = in.s(), token = in.s();
+      name = in.s();
+      if (!same_secret(token, options.token)) {
+        refusal = "wrong token";
+      } else if (protocol != kProtocolVersion || fax_version != FAX_VERSION || torch_version != TORCH_VERSION) {
+        refusal = fmt::format("version mismatch: coordinator fax {} / LibTorch {} / protocol {}, worker fax {} / "
+                              "LibTorch {} / protocol {}",
+                              FAX_VERSION, TORCH_VERSION, kProtocolVersion, fax_version, torch_version, protocol);
+      }
+    } catch (const Error& e) {
+      refusal = fmt::format("protocol error: {}", e.what());
+    }
+    if (!refusal.empty()) {
+      log_line(options.log, fmt::format("refused a worker ({}): {}", name, refusal));
+      connection->send(Frame(Kind::refuse).s(refusal), [connection] { connection->close(); });
+      return;
+    }
+    connection->allow_tensors();
+    connection->send(Frame(Kind::welcome).i(static_cast<int64_t>(options.heartbeat_s * 1000)).s(options.experiment));
+    log_line(options.log, fmt::format("worker {} connected; loading the experiment", name));
+    Event e;
+    e.what = Event::connected;
+    e.worker = id;
+    e.connection = connection;
+    e.last_seen = std::move(last_seen);
+    e.error = name;
+    inbox.push(std::move(e));
   }
 
   int count(State state) const {
@@ -173,39 +220,10 @@ struct Coordinator::Impl {
   void drop(int id, const std::string& why) {
     Worker& w = workers.at(id);
     if (w.state == State::gone) return;
-    const bool was_admitted = w.state == State::loading || w.state == State::ready;
     w.state = State::gone;
     w.connection->close();
-    if (was_admitted) {
-      ++dropped;
-      log_line(options.log, fmt::format("dropped worker {}: {}", w.name, why));
-    }
-  }
-
-  void refuse(Worker& w, const std::string& why) {
-    log_line(options.log, fmt::format("refused a worker ({}): {}", w.name, why));
-    w.state = State::gone;
-    auto connection = w.connection;
-    connection->send(Frame(Kind::refuse).s(why), [connection] { connection->close(); });
-  }
-
-  void on_hello(Worker& w, const Frame& f) {
-    FrameReader in(f, "a connecting worker");
-    const int64_t protocol = in.i();
-    const std::string fax_version = in.s(), torch_version = in.s(), token = in.s();
-    w.name = in.s();
-    if (!same_secret(token, options.token)) return refuse(w, "wrong token");
-    if (protocol != kProtocolVersion || fax_version != FAX_VERSION || torch_version != TORCH_VERSION) {
-      return refuse(w, fmt::format("version mismatch: coordinator fax {} / LibTorch {} / protocol {}, worker fax {} / "
-                                   "LibTorch {} / protocol {}",
-                                   FAX_VERSION, TORCH_VERSION, kProtocolVersion, fax_version, torch_version, protocol));
-    }
-    w.state = State::loading;
-    w.connection->allow_tensors();
-    w.connection->send(Frame(Kind::welcome)
-                           .i(static_cast<int64_t>(options.heartbeat_s * 1000))
-                           .s(options.experiment));
-    log_line(options.log, fmt::format("worker {} connected; loading the experiment", w.name));
+    ++dropped;
+    log_line(options.log, fmt::format("dropped worker {}: {}", w.name, why));
   }
 
   // Handles connection management; returns the events a running task must see (frames of ready
@@ -223,8 +241,8 @@ struct Coordinator::Impl {
     if (!got) return std::nullopt;
     Event& e = *got;
     if (e.worker < 0) throw Error(fmt::format("the listener on {} failed: {}", address, e.error));
-    if (e.what == Event::connected) {
-      workers[e.worker] = Worker{fmt::format("#{}", e.worker), e.connection, e.last_seen, State::greeting};
+    if (e.what == Event::connected) {  // welcomed: its name in `error`
+      workers[e.worker] = Worker{e.error, e.connection, e.last_seen, State::loading};
       return std::nullopt;
     }
     auto it = workers.find(e.worker);
@@ -237,10 +255,6 @@ struct Coordinator::Impl {
     }
     try {
       switch (w.state) {
-        case State::greeting:
-          FAX_CHECK(e.message.kind == Kind::hello, "expected hello, got {}", kind_name(e.message.kind));
-          on_hello(w, e.message);
-          return std::nullopt;
         case State::loading:
           if (e.message.kind == Kind::ready) {
             w.state = State::ready;
@@ -258,14 +272,9 @@ struct Coordinator::Impl {
           return std::nullopt;
       }
     } catch (const Error& error) {
-      const std::string why = fmt::format("protocol error: {}", error.what());
-      if (w.state == State::greeting) {
-        refuse(w, why);
-      } else {
-        const bool was_ready = w.state == State::ready;
-        drop(e.worker, why);
-        if (was_ready) lost_ready.push_back(e.worker);
-      }
+      const bool was_ready = w.state == State::ready;
+      drop(e.worker, fmt::format("protocol error: {}", error.what()));
+      if (was_ready) lost_ready.push_back(e.worker);
     }
     return std::nullopt;
   }

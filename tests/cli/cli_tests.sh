@@ -35,7 +35,12 @@ start_worker() {  # start_worker <log> [args...]
   "$FAX_RUN" worker --connect "127.0.0.1:$port" --token-file "$WORK/token" "$@" > "$WORK/$log" 2>&1 &
   workers+=($!)
 }
-trap 'for pid in "${workers[@]}"; do kill -CONT "$pid" 2>/dev/null; kill -9 "$pid" 2>/dev/null; done' EXIT
+namespaces=()
+cleanup() {
+  for pid in "${workers[@]}"; do kill -CONT "$pid" 2>/dev/null; kill -9 "$pid" 2>/dev/null; done
+  for ns in "${namespaces[@]}"; do ip netns pids "$ns" 2>/dev/null | xargs -r kill -9; ip netns del "$ns"; done
+}
+trap cleanup EXIT
 wait_for_line() {  # wait_for_line <file> <regex> <seconds>
   local deadline=$((SECONDS + $3))
   until grep -Eq "$2" "$1" 2>/dev/null; do
@@ -125,6 +130,44 @@ PY
     grep -Eq "running it again without worker" "$WORK/coordinator.log" || fail "no round was re-run: $(cat "$WORK/coordinator.log")"
     "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/local.h5" "$WORK/remote.h5" 150 \
       || fail "the run that lost workers differs from the local run"
+    ;;
+  remote_netns)
+    # Two hosts: network namespaces A and B joined by a veth pair (10.77.0.1 and 10.77.0.2). The
+    # coordinator and one worker in A, one worker in B; bit-identical to a local run.
+    ns_a="fax-a-$$" ns_b="fax-b-$$" veth_a="fxa$$" veth_b="fxb$$"
+    if ! ip netns add "$ns_a" 2>"$WORK/netns.err"; then
+      echo "SKIP: network namespaces are not permitted here (ip netns add: $(cat "$WORK/netns.err")); needs root or CAP_SYS_ADMIN"
+      exit 77
+    fi
+    namespaces+=("$ns_a")
+    ip netns add "$ns_b" && namespaces+=("$ns_b") || fail "ip netns add $ns_b"
+    ip link add "$veth_a" type veth peer name "$veth_b" || fail "ip link add veth"
+    ip link set "$veth_a" netns "$ns_a" && ip link set "$veth_b" netns "$ns_b" || fail "moving the veth ends"
+    ip -n "$ns_a" addr add 10.77.0.1/24 dev "$veth_a" && ip -n "$ns_b" addr add 10.77.0.2/24 dev "$veth_b" || fail "addresses"
+    for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up || fail "lo up in $ns"; done
+    ip -n "$ns_a" link set "$veth_a" up && ip -n "$ns_b" link set "$veth_b" up || fail "links up"
+    echo "fax-test-token" > "$WORK/token"
+    common=(--set rounds=10 --set execution.logical_shards=2 --set logging.eval_every=5 --set logging.checkpoint_every=5)
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/local.h5" "${common[@]}" --set execution.executors=1
+    # The default address is loopback: a worker on the other host cannot reach it.
+    ip netns exec "$ns_a" "$FAX_RUN" run "$experiment" -q -o "$WORK/loopback.h5" "${common[@]}" --workers 1 \
+      --token-file "$WORK/token" > "$WORK/loopback.log" 2>&1 &
+    workers+=($!)
+    run_expect 2 "cannot reach the coordinator at 10\.77\.0\.1:29500 within 2 s" -- \
+      ip netns exec "$ns_b" "$FAX_RUN" worker --connect 10.77.0.1:29500 --token-file "$WORK/token" --connect-timeout 2
+    kill -9 "${workers[-1]}"
+    ip netns exec "$ns_a" "$FAX_RUN" run "$experiment" -o "$WORK/remote.h5" "${common[@]}" --workers 2 \
+      --listen 10.77.0.1:29500 --token-file "$WORK/token" > "$WORK/coordinator.log" 2>&1 &
+    coordinator=$!
+    for ns in "$ns_a" "$ns_b"; do
+      ip netns exec "$ns" "$FAX_RUN" worker --connect 10.77.0.1:29500 --token-file "$WORK/token" --name "$ns" \
+        > "$WORK/$ns.log" 2>&1 &
+      workers+=($!)
+    done
+    wait "$coordinator" || fail "the coordinator exited $?: $(cat "$WORK/coordinator.log")"
+    grep -q "worker $ns_b ready" "$WORK/coordinator.log" || fail "no worker from host B: $(cat "$WORK/coordinator.log")"
+    "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/local.h5" "$WORK/remote.h5" 10 \
+      || fail "two hosts and local differ"
     ;;
   remote_token)
     echo "fax-test-token" > "$WORK/token"

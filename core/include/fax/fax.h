@@ -21,6 +21,7 @@
 #include <fax/primitives.h>
 #include <fax/privacy.h>
 #include <fax/program.h>
+#include <fax/remote.h>
 #include <fax/rng.h>
 #include <fax/tensor_tree.h>
 #include <fax/version.h>

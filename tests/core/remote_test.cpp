@@ -1,0 +1,166 @@
+// The TensorPipe backend in one process: a Coordinator on loopback and workers on threads, each
+// serving a test program. Results must have the bits of the same program on local executors.
+
+#include <thread>
+
+#include <torch/csrc/autograd/autograd.h>
+
+#include "helpers.h"
+
+namespace fax {
+namespace {
+
+using test::error_of;
+
+constexpr const char* kToken = "remote-test-token";
+
+// A program exercising every collective, forward and backward: per-client rows keyed by
+// (seed, round, client), their sum and mean, every row (allgather), and the gradient of
+// sum(broadcast(w) * x) in w (broadcast's backward is an allreduce).
+TensorTree exercise(Program& p, const TensorTree& input) {
+  const at::Tensor scale = input.at("scale");
+  const Clients<at::Tensor> x = p.clients_from([&](int64_t, int64_t position) {
+    return at::randn({5}, p.client_generator(position), at::kDouble) * scale;
+  });
+  const at::Tensor w = at::ones({5}, at::kDouble).requires_grad_(true);
+  const Server<at::Tensor> loss(sum(Clients<at::Tensor>(broadcast(Server<at::Tensor>(w)).value() * x.value())).value().sum());
+  const at::Tensor grad = torch::autograd::grad({loss.value()}, {w})[0];
+  return TensorTree{{"sum", sum(x).value()}, {"mean", mean(x).value()}, {"all", collect(x).value()}, {"grad", grad}};
+}
+
+// A coordinator with `n` workers on threads, all serving `fn`.
+class Workers {
+ public:
+  Workers(int n, TaskFn fn, double timeout_s = 30) {
+    CoordinatorOptions o;
+    o.workers = n;
+    o.token = kToken;
+    o.timeout_s = timeout_s;
+    o.heartbeat_s = std::min(1.0, timeout_s / 4);
+    coordinator_ = std::make_unique<Coordinator>(o);
+    errors_.resize(n);
+    for (int i = 0; i < n; ++i) {
+      threads_.emplace_back([this, i, fn] {
+        WorkerOptions w;
+        w.connect = coordinator_->address();
+        w.token = kToken;
+        w.name = "w" + std::to_string(i);
+        try {
+          run_worker(w, [fn](const std::string&) {
+            WorkerSetup ws;
+            ws.run = fn;
+            return ws;
+          });
+        } catch (const std::exception& e) {
+          errors_[i] = e.what();
+        }
+      });
+    }
+    coordinator_->wait_for_workers();
+  }
+
+  ~Workers() {
+    coordinator_.reset();  // says goodbye: the workers return
+    for (auto& t : threads_) t.join();
+    for (const auto& e : errors_) EXPECT_EQ(e, "");
+  }
+
+  Coordinator& coordinator() { return *coordinator_; }
+
+ private:
+  std::unique_ptr<Coordinator> coordinator_;
+  std::vector<std::thread> threads_;
+  std::vector<std::string> errors_;
+};
+
+TaskFn exercise_fn() {
+  return [](Program& p, TaskKind, const TensorTree& input) { return exercise(p, input); };
+}
+
+void expect_same_bits(const TensorTree& a, const TensorTree& b) {
+  ASSERT_EQ(a.names(), b.names());
+  for (const auto& [name, t] : a) {
+    const at::Tensor& u = b.at(name);
+    ASSERT_EQ(t.sizes(), u.sizes()) << name;
+    EXPECT_EQ(std::memcmp(t.contiguous().data_ptr(), u.contiguous().data_ptr(), t.nbytes()), 0) << name;
+  }
+}
+
+TEST(Remote, CollectivesHaveTheBitsOfLocalExecutors) {
+  const Cohort cohort({11, 3, 42, 7, 19, 23, 5}, {1, 2, 3, 4, 5, 6, 7});
+  const TensorTree input{{"scale", at::tensor(1.5, at::kDouble)}};
+  const RoundInfo info{7, 2};
+  Mesh mesh(MeshOptions{1, 3});
+  const TensorTree local =
+      mesh.run(cohort, [&](Program& p) { return Server<TensorTree>(exercise(p, input)); }, info).value();
+  for (int n : {2, 3}) {
+    Workers workers(n, exercise_fn());
+    const auto replies =
+        workers.coordinator().run(TaskKind::round, info, cohort, 3, [&](int, const ShardLayout&) { return input; });
+    ASSERT_EQ(replies.size(), static_cast<size_t>(n));
+    for (const auto& reply : replies) expect_same_bits(local, reply);
+  }
+}
+
+TEST(Remote, ExtraWorkersAreSpares) {
+  Workers workers(3, exercise_fn());
+  const auto replies = workers.coordinator().run(TaskKind::round, {}, Cohort::range(4), 2, [](int, const ShardLayout&) {
+    return TensorTree{{"scale", at::tensor(1.0, at::kDouble)}};
+  });
+  EXPECT_EQ(replies.size(), 2u);
+}
+
+TEST(Remote, ProgramErrorNamesWorkerAndRoundAndTheNextTaskRuns) {
+  Workers workers(2, [](Program& p, TaskKind, const TensorTree& input) {
+    if (p.executor() == 1 && input.at("fail").item<int64_t>() != 0) throw Error("client 3 diverged");
+    return exercise(p, input);
+  });
+  auto input = [](bool fail) {
+    return [fail](int, const ShardLayout&) {
+      return TensorTree{{"scale", at::tensor(1.0, at::kDouble)}, {"fail", at::tensor(static_cast<int64_t>(fail))}};
+    };
+  };
+  EXPECT_THAT(error_of([&] { workers.coordinator().run(TaskKind::round, {0, 4}, Cohort::range(4), 2, input(true)); }),
+              ::testing::HasSubstr("worker w1 (executor 1 of 2) failed in round 5: client 3 diverged"));
+  EXPECT_EQ(workers.coordinator().run(TaskKind::round, {0, 5}, Cohort::range(4), 2, input(false)).size(), 2u);
+}
+
+TEST(Remote, DisagreeingCollectivesFail) {
+  Workers workers(2, [](Program& p, TaskKind, const TensorTree&) {
+    if (p.executor() == 0) {
+      p.communicator().barrier();
+    } else {
+      p.communicator().allgather(at::zeros({1}));
+    }
+    return TensorTree{};
+  });
+  EXPECT_THAT(error_of([&] {
+                workers.coordinator().run(TaskKind::round, {}, Cohort::range(2), 2,
+                                          [](int, const ShardLayout&) { return TensorTree{}; });
+              }),
+              ::testing::HasSubstr("executors disagree on collective #0: executor 0 called barrier(0) but executor 1 "
+                                   "called allgather(1)"));
+}
+
+TEST(Remote, WrongTokenIsRefused) {
+  Workers workers(1, exercise_fn());
+  WorkerOptions w;
+  w.connect = workers.coordinator().address();
+  w.token = "guess";
+  EXPECT_THAT(error_of([&] { run_worker(w, [](const std::string&) { return WorkerSetup{}; }); }),
+              ::testing::HasSubstr("refused this worker: wrong token"));
+  EXPECT_EQ(workers.coordinator().ready_workers(), 1);
+}
+
+TEST(Remote, BadOptionsAreUserErrors) {
+  CoordinatorOptions o;
+  EXPECT_THAT(error_of([&] { Coordinator c(o); }), ::testing::HasSubstr("need a shared token"));
+  o.token = kToken;
+  o.listen = "localhost";
+  EXPECT_THAT(error_of([&] { Coordinator c(o); }), ::testing::HasSubstr("'localhost' is not HOST:PORT"));
+  o.listen = "127.0.0.1:99999";
+  EXPECT_THAT(error_of([&] { Coordinator c(o); }), ::testing::HasSubstr("port '99999' is not a number from 0 to 65535"));
+}
+
+}  // namespace
+}  // namespace fax
