@@ -97,10 +97,10 @@ struct Coordinator::Impl {
     FAX_CHECK(options.timeout_s > 0 && options.heartbeat_s > 0 && options.heartbeat_s < options.timeout_s,
               "the worker timeout ({} s) must be positive and longer than the heartbeat period ({} s)",
               options.timeout_s, options.heartbeat_s);
-    const std::string url = tcp_url(options.listen);
+    const std::vector<std::string> urls = listen_urls(options.listen);
     context = make_context("coordinator");
     try {
-      listener = context->listen({url});
+      listener = context->listen(urls);
       address = listener->address("tcp");
     } catch (const std::exception& e) {
       throw Error(fmt::format("cannot listen on {}: {}", options.listen, e.what()));

@@ -81,6 +81,9 @@ std::shared_ptr<tensorpipe::Context> make_context(const std::string& name);
 
 /// "HOST:PORT" -> "tcp://IP:PORT" (host names are resolved to an IPv4 address).
 std::string tcp_url(const std::string& host_port);
+/// What a coordinator listens on: HOST:PORT over TCP (workers connect there), and a unique
+/// shared-memory address that TensorPipe switches a pipe to when both ends share a host.
+std::vector<std::string> listen_urls(const std::string& host_port);
 
 /// A pipe that delivers each incoming frame, and then its first error, to callbacks that run on
 /// TensorPipe's event loop (they must not block). send() may be called from any thread; frames
