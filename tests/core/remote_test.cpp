@@ -152,6 +152,29 @@ TEST(Remote, WrongTokenIsRefused) {
   EXPECT_EQ(workers.coordinator().ready_workers(), 1);
 }
 
+TEST(Remote, AWorkerThatCannotLoadTheExperimentFailsTheWait) {
+  CoordinatorOptions o;
+  o.token = kToken;
+  o.experiment = "algorithm: {name: missing}";
+  Coordinator coordinator(o);
+  std::string worker_error;
+  std::thread worker([&] {
+    WorkerOptions w;
+    w.connect = coordinator.address();
+    w.token = kToken;
+    w.name = "w0";
+    worker_error = error_of([&] {
+      run_worker(w, [](const std::string& experiment) -> WorkerSetup {
+        throw Error(fmt::format("cannot load '{}'", experiment));
+      });
+    });
+  });
+  EXPECT_THAT(error_of([&] { coordinator.wait_for_workers(); }),
+              ::testing::HasSubstr("worker w0 could not load the experiment: cannot load 'algorithm: {name: missing}'"));
+  worker.join();
+  EXPECT_THAT(worker_error, ::testing::HasSubstr("cannot load"));
+}
+
 TEST(Remote, BadOptionsAreUserErrors) {
   CoordinatorOptions o;
   EXPECT_THAT(error_of([&] { Coordinator c(o); }), ::testing::HasSubstr("need a shared token"));
