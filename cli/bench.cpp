@@ -154,6 +154,24 @@ class WorkerProcesses {
   std::vector<pid_t> pids_;
 };
 
+// A coordinator on loopback and its worker processes, ready. Members are destroyed in reverse:
+// the coordinator says goodbye before the worker processes are reaped.
+struct RemoteWorkers {
+  std::unique_ptr<WorkerProcesses> processes;
+  std::unique_ptr<Coordinator> coordinator;
+
+  RemoteWorkers() = default;
+  RemoteWorkers(int workers, std::string experiment, const std::vector<std::string>& plugin_dirs) {
+    CoordinatorOptions o;
+    o.workers = workers;
+    o.token = fmt::format("bench-{}-{}", ::getpid(), Clock::now().time_since_epoch().count());
+    o.experiment = std::move(experiment);
+    coordinator = std::make_unique<Coordinator>(o);
+    processes = std::make_unique<WorkerProcesses>(workers, coordinator->address(), o.token, plugin_dirs);
+    coordinator->wait_for_workers();
+  }
+};
+
 class Bench {
  public:
   Bench(const PluginLoader& loader, std::vector<std::string> plugin_dirs)
@@ -165,19 +183,9 @@ class Bench {
     const Prepared p = prepare(c);
     const FederatedDataset& data = *p.data;
     auto algorithm = p.setup.plugin->create();
-    // Destroyed in reverse: the coordinator says goodbye before the worker processes are reaped.
-    std::unique_ptr<WorkerProcesses> processes;
-    std::unique_ptr<Coordinator> coordinator;
-    if (workers > 0) {
-      CoordinatorOptions o;
-      o.workers = workers;
-      o.token = fmt::format("bench-{}-{}", ::getpid(), Clock::now().time_since_epoch().count());
-      o.experiment = p.setup.config.to_yaml();
-      coordinator = std::make_unique<Coordinator>(o);
-      processes = std::make_unique<WorkerProcesses>(workers, coordinator->address(), o.token, loader_dirs_);
-      coordinator->wait_for_workers();
-    }
-    Experiment experiment(p.setup.config, *algorithm, *p.model, data, coordinator.get());
+    RemoteWorkers remote;
+    if (workers > 0) remote = RemoteWorkers(workers, p.setup.config.to_yaml(), loader_dirs_);
+    Experiment experiment(p.setup.config, *algorithm, *p.model, data, remote.coordinator.get());
     std::vector<double> ends;
     experiment.run(nullptr, [&](const RoundReport& r) { ends.push_back(r.elapsed_s); });
     std::vector<double> rounds;
@@ -224,6 +232,28 @@ class Bench {
     });
   }
 
+  // Seconds per allreduce of `elements` float32 values per logical shard over 2 worker processes
+  // (one shard each), through the coordinator.
+  std::vector<double> allreduce_seconds(const std::vector<int64_t>& elements) {
+    Case tiny{"  name: synthetic\n", "  name: softmax_regression\n", 10, 2, 2, 0, 1};
+    const ExperimentSetup setup = resolve_experiment(Config::from_yaml(tiny.yaml(), "fax-run bench"), loader_);
+    RemoteWorkers remote(2, setup.config.to_yaml(), loader_dirs_);
+    std::vector<double> out;
+    for (int64_t n : elements) {
+      const int64_t repeats = std::max<int64_t>(1, 30'000'000 / n);
+      auto probe = [&](int64_t times) {
+        const TensorTree input{{"elements", at::tensor(n)}, {"repeats", at::tensor(times)}};
+        remote.coordinator->run(TaskKind::allreduce_probe, {}, Cohort::range(2), 2,
+                                [&](int, const ShardLayout&) { return input; });
+      };
+      probe(1);
+      const auto start = Clock::now();
+      probe(repeats);
+      out.push_back(seconds_since(start) / static_cast<double>(repeats));
+    }
+    return out;
+  }
+
  private:
   struct Prepared {
     ExperimentSetup setup;
@@ -249,6 +279,7 @@ class Bench {
 
   const PluginLoader& loader_;
   std::vector<std::string> loader_dirs_;
+
   std::map<std::string, std::unique_ptr<FederatedDataset>> data_;
 };
 
@@ -337,6 +368,17 @@ int bench_command(const BenchOptions& options) {
   m.emplace_back("remote/mlp_threads_round_s", mlp_threads.round_s);
   m.emplace_back("remote/ratio", mlp_remote.round_s / mlp_threads.round_s);
 
+  say("remote: allreduce of 1e5 .. 1e8 float32 over 2 worker processes (star through the coordinator)");
+  const std::vector<int64_t> sizes{100'000, 1'000'000, 10'000'000, 100'000'000};
+  const std::vector<double> allreduce = bench.allreduce_seconds(sizes);
+  std::string allreduce_row;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const double gbps = 4.0 * static_cast<double>(sizes[i]) / allreduce[i] / 1e9;
+    m.emplace_back(fmt::format("remote/allreduce_{:.0e}_s", static_cast<double>(sizes[i])), allreduce[i]);
+    m.emplace_back(fmt::format("remote/allreduce_{:.0e}_gbps", static_cast<double>(sizes[i])), gbps);
+    allreduce_row += fmt::format("{}{:.3g} ms ({:.2f} GB/s)", i > 0 ? ", " : "", 1e3 * allreduce[i], gbps);
+  }
+
   say("peak RSS at cohort 64 and 2048 (MLP, vectorize 64, separate processes)");
   const double rss64 = probe_rss_mib(64);
   const double rss2048 = probe_rss_mib(2048);
@@ -380,6 +422,7 @@ int bench_command(const BenchOptions& options) {
        "<= 1.5x"},
       {"remote MLP c=64, 2 processes / 2 threads",
        fmt::format("{:.3f} / {:.3f} ({:.2f}x)", mlp_remote.round_s, mlp_threads.round_s, get("remote/ratio")), "<= 1.2x"},
+      {"remote allreduce 1e5, 1e6, 1e7, 1e8 floats", allreduce_row, ""},
       {"federated overhead (FedAvg / plain loop)",
        fmt::format("{:.3f} / {:.3f} s ({:.2f}x)", fed_s, plain, fed_s / plain), "<= 1.10x"},
   };

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <set>
 #include <thread>
 
 #include <ATen/ATen.h>
@@ -59,7 +60,12 @@ const char* op_name(int64_t op) {
 }
 
 std::string task_name(TaskKind kind, int64_t round) {
-  return kind == TaskKind::round ? fmt::format("round {}", round + 1) : std::string("an evaluation");
+  switch (kind) {
+    case TaskKind::round: return fmt::format("round {}", round + 1);
+    case TaskKind::evaluate: return "an evaluation";
+    case TaskKind::allreduce_probe: return "an allreduce probe";
+  }
+  return "a task";
 }
 
 void log_line(const LogFn& log, const std::string& line) {
@@ -109,15 +115,20 @@ struct Coordinator::Impl {
   }
 
   ~Impl() {
-    // Tell every live worker the run is over; give the messages a moment to leave.
-    auto pending = std::make_shared<std::atomic<int>>(0);
+    // Tell every live worker the run is over, and wait (briefly) for each to hang up: closing
+    // first could discard the goodbye still in flight, and the worker would report a lost
+    // coordinator.
+    std::set<int> live;
     for (auto& [id, w] : workers) {
       if (w.state == State::gone) continue;
-      ++*pending;
-      w.connection->send(Frame(Kind::bye), [pending] { --*pending; });
+      live.insert(id);
+      w.connection->send(Frame(Kind::bye));
     }
     const auto start = Clock::now();
-    while (*pending > 0 && seconds_since(start) < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    while (!live.empty() && seconds_since(start) < 5) {
+      const std::optional<Event> e = inbox.pop(kPoll);
+      if (e && e->what == Event::lost) live.erase(e->worker);
+    }
     for (auto& [id, w] : workers) w.connection->close();
     listener->close();
     context->close();
@@ -626,6 +637,16 @@ class Heartbeat {
   std::thread thread_;
 };
 
+// TaskKind::allreduce_probe: `repeats` allreduces of every local shard's float32 tensor.
+TensorTree allreduce_probe(Program& p, const TensorTree& input) {
+  const at::Tensor x = at::ones({input.at("elements").item<int64_t>()});
+  std::vector<ShardPartial> partials;
+  const Range shards = p.local_shards();
+  for (int64_t s = shards.begin; s < shards.end; ++s) partials.push_back({s, {x}});
+  for (int64_t r = input.at("repeats").item<int64_t>(); r > 0; --r) p.communicator().allreduce_sum(partials);
+  return {};
+}
+
 // Connects and says hello; returns the coordinator's first answer (welcome or refuse), retrying
 // while the coordinator is not there yet.
 std::shared_ptr<Connection> connect(tensorpipe::Context& context, const WorkerOptions& o, const std::string& name,
@@ -726,7 +747,8 @@ void run_worker(const WorkerOptions& o, const std::function<WorkerSetup(const st
       Program program(cohort, ShardLayout(cohort.size(), logical_shards, executors), rank, communicator, info,
                       ws.vectorize);
       detail::ProgramScope scope(program);
-      const TensorTree reply = ws.run(program, kind, input);
+      const TensorTree reply = kind == TaskKind::allreduce_probe ? allreduce_probe(program, input)
+                                                                 : ws.run(program, kind, input);
       connection->send(Frame(Kind::done).i(task).tree(reply));
     } catch (...) {
       if (communicator.bye()) break;

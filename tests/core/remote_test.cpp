@@ -110,6 +110,15 @@ TEST(Remote, ExtraWorkersAreSpares) {
   EXPECT_EQ(replies.size(), 2u);
 }
 
+TEST(Remote, AllreduceProbeRunsWithoutTheExperiment) {
+  Workers workers(2, [](Program&, TaskKind, const TensorTree&) -> TensorTree { throw Error("not the probe"); });
+  const TensorTree input{{"elements", at::tensor(int64_t{1000})}, {"repeats", at::tensor(int64_t{3})}};
+  const auto replies = workers.coordinator().run(TaskKind::allreduce_probe, {}, Cohort::range(3), 3,
+                                                 [&](int, const ShardLayout&) { return input; });
+  ASSERT_EQ(replies.size(), 2u);
+  EXPECT_TRUE(replies[0].empty() && replies[1].empty());
+}
+
 TEST(Remote, ProgramErrorNamesWorkerAndRoundAndTheNextTaskRuns) {
   Workers workers(2, [](Program& p, TaskKind, const TensorTree& input) {
     if (p.executor() == 1 && input.at("fail").item<int64_t>() != 0) throw Error("client 3 diverged");
@@ -121,7 +130,7 @@ TEST(Remote, ProgramErrorNamesWorkerAndRoundAndTheNextTaskRuns) {
     };
   };
   EXPECT_THAT(error_of([&] { workers.coordinator().run(TaskKind::round, {0, 4}, Cohort::range(4), 2, input(true)); }),
-              ::testing::HasSubstr("worker w1 (executor 1 of 2) failed in round 5: client 3 diverged"));
+              ::testing::ContainsRegex("worker w[01] \\(executor 1 of 2\\) failed in round 5: client 3 diverged"));
   EXPECT_EQ(workers.coordinator().run(TaskKind::round, {0, 5}, Cohort::range(4), 2, input(false)).size(), 2u);
 }
 

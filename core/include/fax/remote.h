@@ -12,8 +12,10 @@
 
 namespace fax {
 
-/// The programs a remote executor runs for an experiment.
-enum class TaskKind : int64_t { round = 1, evaluate = 2 };
+/// The programs a remote executor runs: an experiment's round or evaluation, or fax's own
+/// allreduce probe (input "elements" and "repeats": that many allreduces of a float32 tensor of
+/// that many elements per logical shard; for measuring the data plane, see fax-run bench).
+enum class TaskKind : int64_t { round = 1, evaluate = 2, allreduce_probe = 3 };
 
 /// One executor's part of a task: runs the program for `kind` on this executor's clients and
 /// returns what goes back to the coordinator.
