@@ -64,11 +64,6 @@ class Decoder {
   size_t at_ = 0;
 };
 
-struct TensorMeta {
-  at::ScalarType dtype;
-  std::vector<int64_t> sizes;
-};
-
 constexpr int64_t kMaxDims = 16;
 
 std::string encode(const Frame& f) {
@@ -87,8 +82,9 @@ std::string encode(const Frame& f) {
   return e.take();
 }
 
-// The frame without its tensors' contents, and each tensor's dtype and shape.
-Frame decode(const std::string& metadata, std::vector<TensorMeta>& metas) {
+}  // namespace
+
+Frame decode_frame(const std::string& metadata, std::vector<TensorMeta>& metas) {
   Decoder d(metadata);
   Frame f(static_cast<Kind>(d.i()));
   FAX_CHECK(static_cast<int64_t>(f.kind) >= static_cast<int64_t>(Kind::hello) &&
@@ -112,6 +108,8 @@ Frame decode(const std::string& metadata, std::vector<TensorMeta>& metas) {
   FAX_CHECK(d.done(), "malformed frame: trailing bytes");
   return f;
 }
+
+namespace {
 
 // TensorPipe's message without the source location it appends.
 std::string message_of(const tensorpipe::Error& error) {
@@ -254,32 +252,31 @@ void Connection::read_next() {
   auto self = shared_from_this();
   pipe_->readDescriptor([self](const tensorpipe::Error& error, tensorpipe::Descriptor descriptor) {
     if (error) return self->fail(message_of(error));
-    auto metas = std::make_shared<std::vector<TensorMeta>>();
     auto frame = std::make_shared<Frame>();
+    tensorpipe::Allocation allocation;
     try {
-      *frame = decode(descriptor.metadata, *metas);
-      FAX_CHECK(self->tensors_allowed_ || metas->empty(), "a {} message with tensors before authentication",
+      std::vector<TensorMeta> metas;
+      *frame = decode_frame(descriptor.metadata, metas);
+      FAX_CHECK(self->tensors_allowed_ || metas.empty(), "a {} message with tensors before authentication",
                 kind_name(frame->kind));
       FAX_CHECK(descriptor.payloads.empty(), "unexpected payloads");
-    } catch (const std::exception& e) {
+      size_t sent = 0;
+      for (const auto& m : metas) {
+        at::Tensor t = at::empty(m.sizes, at::TensorOptions().dtype(m.dtype));
+        if (t.nbytes() > 0) {
+          FAX_CHECK(sent < descriptor.tensors.size() && descriptor.tensors[sent].length == t.nbytes(),
+                    "malformed frame: tensor sizes disagree with their shapes");
+          tensorpipe::Allocation::Tensor slot;
+          slot.buffer = tensorpipe::CpuBuffer{t.data_ptr()};
+          allocation.tensors.push_back(std::move(slot));
+          ++sent;
+        }
+        frame->tensors.push_back(std::move(t));
+      }
+      FAX_CHECK(sent == descriptor.tensors.size(), "malformed frame: more tensors than shapes");
+    } catch (const std::exception& e) {  // fax::Error, or LibTorch refusing a shape
       return self->fail(e.what());
     }
-    tensorpipe::Allocation allocation;
-    size_t sent = 0;
-    for (const auto& m : *metas) {
-      at::Tensor t = at::empty(m.sizes, at::TensorOptions().dtype(m.dtype));
-      if (t.nbytes() > 0) {
-        if (sent >= descriptor.tensors.size() || descriptor.tensors[sent].length != t.nbytes()) {
-          return self->fail("malformed frame: tensor sizes disagree with their shapes");
-        }
-        tensorpipe::Allocation::Tensor slot;
-        slot.buffer = tensorpipe::CpuBuffer{t.data_ptr()};
-        allocation.tensors.push_back(std::move(slot));
-        ++sent;
-      }
-      frame->tensors.push_back(std::move(t));
-    }
-    if (sent != descriptor.tensors.size()) return self->fail("malformed frame: more tensors than shapes");
     self->pipe_->read(std::move(allocation), [self, frame](const tensorpipe::Error& read_error) {
       if (read_error) return self->fail(message_of(read_error));
       self->on_frame_(std::move(*frame));

@@ -61,6 +61,16 @@ struct Frame {
   Frame& tree(const TensorTree& tree);
 };
 
+/// A tensor's dtype and shape as a frame's metadata describes it.
+struct TensorMeta {
+  at::ScalarType dtype;
+  std::vector<int64_t> sizes;
+};
+
+/// Parses a frame's metadata (as it arrives from the network): the frame without its tensors'
+/// contents, and each tensor's dtype and shape. Throws fax::Error on anything malformed.
+Frame decode_frame(const std::string& metadata, std::vector<TensorMeta>& metas);
+
 /// Reads a frame's fields in order; a missing field is a protocol error naming `peer`.
 class FrameReader {
  public:

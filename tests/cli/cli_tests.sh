@@ -169,6 +169,29 @@ PY
     "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/local.h5" "$WORK/remote.h5" 10 \
       || fail "two hosts and local differ"
     ;;
+  remote_resume)
+    # The coordinator stopped by SIGTERM (it checkpoints), resumed on new workers: bit-identical to
+    # a local run that never stopped.
+    echo "fax-test-token" > "$WORK/token"
+    common=(--set rounds=150 --set execution.logical_shards=2 --set logging.eval_every=10 --set logging.checkpoint_every=50)
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/local.h5" "${common[@]}" --set execution.executors=1
+    port=$(free_port)
+    for i in 0 1; do start_worker "w$i.log"; done
+    "$FAX_RUN" run "$experiment" -o "$WORK/remote.h5" "${common[@]}" --set logging.progress_every=1 --workers 2 \
+      --listen "127.0.0.1:$port" --token-file "$WORK/token" > "$WORK/coordinator.log" 2>&1 &
+    coordinator=$!
+    wait_for_line "$WORK/coordinator.log" "^round 30/" 60
+    kill -TERM "$coordinator"
+    wait "$coordinator"; rc=$?
+    [[ $rc -eq 143 ]] || fail "the stopped coordinator exited $rc: $(tail -3 "$WORK/coordinator.log")"
+    for pid in "${workers[@]}"; do wait "$pid" || fail "a worker exited $? when the coordinator stopped"; done
+    port=$(free_port)
+    for i in 2 3; do start_worker "w$i.log"; done
+    run_expect 0 "" -- "$FAX_RUN" resume "$WORK/remote.h5" --workers 2 --listen "127.0.0.1:$port" --token-file "$WORK/token"
+    grep -q "resuming after round" "$WORK/stdout" || fail "not resumed: $(cat "$WORK/stdout")"
+    "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/local.h5" "$WORK/remote.h5" 150 \
+      || fail "the resumed remote run differs from the local run"
+    ;;
   remote_token)
     echo "fax-test-token" > "$WORK/token"
     echo "not-the-token" > "$WORK/wrong"
