@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <cstring>
 
 #include <ATen/ATen.h>
@@ -192,19 +193,16 @@ std::shared_ptr<tensorpipe::Context> make_context(const std::string& name) {
   return context;
 }
 
-std::vector<std::string> listen_urls(const std::string& host_port) {
-  static std::atomic<int> listeners{0};
-  return {tcp_url(host_port), fmt::format("shm://fax-{}-{}-{}", getpid(), listeners++,
-                                          std::chrono::steady_clock::now().time_since_epoch().count())};
-}
+namespace {
 
-std::string tcp_url(const std::string& host_port) {
+// "HOST:PORT" -> an IPv4 socket address (host names resolved).
+sockaddr_in resolve(const std::string& host_port) {
   const auto colon = host_port.rfind(':');
   FAX_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < host_port.size(),
             "'{}' is not HOST:PORT (e.g. 127.0.0.1:29500)", host_port);
   const std::string host = host_port.substr(0, colon);
   const std::string port = host_port.substr(colon + 1);
-  FAX_CHECK(port.find_first_not_of("0123456789") == std::string::npos && std::stol(port) <= 65535,
+  FAX_CHECK(port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos && std::stol(port) <= 65535,
             "'{}': port '{}' is not a number from 0 to 65535", host_port, port);
   addrinfo hints{};
   hints.ai_family = AF_INET;
@@ -212,10 +210,37 @@ std::string tcp_url(const std::string& host_port) {
   addrinfo* found = nullptr;
   const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found);
   FAX_CHECK(rc == 0 && found != nullptr, "'{}': cannot resolve host '{}': {}", host_port, host, gai_strerror(rc));
-  char ip[INET_ADDRSTRLEN] = {0};
-  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, ip, sizeof ip);
+  sockaddr_in address = *reinterpret_cast<sockaddr_in*>(found->ai_addr);
   freeaddrinfo(found);
-  return fmt::format("tcp://{}:{}", ip, port);
+  address.sin_port = htons(static_cast<uint16_t>(std::stol(port)));
+  return address;
+}
+
+std::string url_of(const sockaddr_in& address) {
+  char ip[INET_ADDRSTRLEN] = {0};
+  inet_ntop(AF_INET, &address.sin_addr, ip, sizeof ip);
+  return fmt::format("tcp://{}:{}", ip, ntohs(address.sin_port));
+}
+
+}  // namespace
+
+std::string tcp_url(const std::string& host_port) { return url_of(resolve(host_port)); }
+
+std::vector<std::string> listen_urls(const std::string& host_port) {
+  // TensorPipe reports a failed bind by throwing on its event loop, which ends the process: try
+  // the bind here first, so a busy port or a foreign address is an error the user can read.
+  const sockaddr_in address = resolve(host_port);
+  const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+  FAX_CHECK(probe >= 0, "cannot listen on {}: socket: {}", host_port, std::strerror(errno));
+  const int yes = 1;
+  ::setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);  // as libuv binds
+  const int bound = ::bind(probe, reinterpret_cast<const sockaddr*>(&address), sizeof address);
+  const int bind_errno = errno;
+  ::close(probe);
+  FAX_CHECK(bound == 0, "cannot listen on {}: {}", host_port, std::strerror(bind_errno));
+  static std::atomic<int> listeners{0};
+  return {url_of(address), fmt::format("shm://fax-{}-{}-{}", getpid(), listeners++,
+                                       std::chrono::steady_clock::now().time_since_epoch().count())};
 }
 
 Connection::Connection(std::shared_ptr<tensorpipe::Pipe> pipe, FrameFn on_frame, ErrorFn on_error)

@@ -208,6 +208,8 @@ PY
       --token-file "$WORK/token" > "$WORK/coordinator.log" 2>&1 &
     coordinator=$!
     wait_for_line "$WORK/coordinator.log" "listening on 127.0.0.1:$port" 30
+    run_expect 2 "cannot listen on 127\.0\.0\.1:$port: Address already in use" -- \
+      "$FAX_RUN" run "$experiment" -o "$WORK/second.h5" --workers 1 --listen "127.0.0.1:$port" --token-file "$WORK/token"
     run_expect 2 "the coordinator at 127\.0\.0\.1:$port refused this worker: wrong token" -- \
       "$FAX_RUN" worker --connect "127.0.0.1:$port" --token-file "$WORK/wrong"
     FAX_TOKEN=fax-test-token run_expect 0 "" -- "$FAX_RUN" worker --connect "127.0.0.1:$port"

@@ -192,6 +192,13 @@ TEST(Remote, BadOptionsAreUserErrors) {
   EXPECT_THAT(error_of([&] { Coordinator c(o); }), ::testing::HasSubstr("'localhost' is not HOST:PORT"));
   o.listen = "127.0.0.1:99999";
   EXPECT_THAT(error_of([&] { Coordinator c(o); }), ::testing::HasSubstr("port '99999' is not a number from 0 to 65535"));
+  o.listen = "192.0.2.1:0";  // TEST-NET-1: not an address of this host
+  EXPECT_THAT(error_of([&] { Coordinator c(o); }), ::testing::HasSubstr("cannot listen on 192.0.2.1:0: "));
+  o.listen = "127.0.0.1:0";
+  const Coordinator first(o);
+  o.listen = first.address();
+  EXPECT_THAT(error_of([&] { Coordinator c(o); }),
+              ::testing::HasSubstr("cannot listen on " + first.address() + ": Address already in use"));
 }
 
 }  // namespace
