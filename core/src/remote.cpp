@@ -311,9 +311,11 @@ struct Coordinator::Impl {
 
   // The outcome of one collective, once every executor has sent its part.
   std::vector<at::Tensor> complete(int64_t seq, const std::vector<Frame>& parts, const std::vector<int>& executors) {
+    // Each part is read once: task, seq, op, arg, then what the op carries.
+    std::vector<FrameReader> readers;
     std::vector<std::pair<int64_t, int64_t>> signatures;
     for (size_t e = 0; e < parts.size(); ++e) {
-      FrameReader in(parts[e], workers.at(executors[e]).name);
+      FrameReader& in = readers.emplace_back(parts[e], workers.at(executors[e]).name);
       in.i();  // task
       in.i();  // seq
       const int64_t op = in.i();
@@ -330,11 +332,9 @@ struct Coordinator::Impl {
     std::vector<at::Tensor> out;
     switch (static_cast<Op>(op)) {
       case Op::allreduce_sum: {
-        // Frame: task, seq, op, values per shard, shards, then shard ids; tensors shard by shard.
+        // After the signature: shards, then per shard its id; tensors shard by shard.
         std::vector<ShardPartial> partials;
-        for (size_t e = 0; e < parts.size(); ++e) {
-          FrameReader in(parts[e], workers.at(executors[e]).name);
-          for (int k = 0; k < 4; ++k) in.i();
+        for (FrameReader& in : readers) {
           const int64_t shards = in.i();
           for (int64_t s = 0; s < shards; ++s) {
             ShardPartial p;
@@ -354,7 +354,7 @@ struct Coordinator::Impl {
         out = parts[static_cast<size_t>(arg)].tensors;
         break;
       case Op::allgather:
-        for (const auto& part : parts) out.push_back(FrameReader(part, "").t());
+        for (FrameReader& in : readers) out.push_back(in.t());
         break;
       case Op::barrier:
         break;
