@@ -108,6 +108,7 @@ constexpr const char* kDefaultListen = "127.0.0.1:29500";
 std::unique_ptr<Coordinator> start_coordinator(const RemoteFlags& remote, const Config& config, bool quiet) {
   if (remote.workers == 0) {
     FAX_CHECK(remote.listen.empty(), "--listen needs --workers N (the workers to wait for)");
+    FAX_CHECK(remote.collectives == "tensorpipe", "--collectives needs --workers N (local executors share memory)");
     return nullptr;
   }
   CoordinatorOptions o;
@@ -116,6 +117,7 @@ std::unique_ptr<Coordinator> start_coordinator(const RemoteFlags& remote, const 
   o.token = read_token(remote.token_file);
   o.timeout_s = remote.timeout_s;
   o.heartbeat_s = std::min(1.0, remote.timeout_s / 4);
+  o.collectives = remote.collectives == "gloo" ? Collectives::gloo : Collectives::tensorpipe;
   o.experiment = config.to_yaml();
   if (!quiet) {
     o.log = [](const std::string& line) {

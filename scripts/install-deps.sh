@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config
   libtorch-dev libopenblas0-openmp
-  libtensorpipe-dev libyaml-cpp-dev libfmt-dev libcli11-dev
+  libtensorpipe-dev libgloo-dev libyaml-cpp-dev libfmt-dev libcli11-dev
   libhdf5-dev libgtest-dev zlib1g-dev libgoogle-perftools-dev
   dataset-fashion-mnist python3-h5py bc
   clang libclang-rt-14-dev

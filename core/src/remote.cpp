@@ -16,6 +16,7 @@
 #include <fax/error.h>
 #include <fax/version.h>
 
+#include "gloo_plane.h"
 #include "ordered_sum.h"
 #include "remote_wire.h"
 
@@ -111,6 +112,7 @@ struct Coordinator::Impl {
     } catch (const std::exception& e) {
       throw Error(fmt::format("cannot listen on {}: {}", options.listen, e.what()));
     }
+    if (options.collectives == Collectives::gloo) gloo_store = std::make_unique<GlooStore>(options.timeout_s);
     accept_next();
   }
 
@@ -212,7 +214,10 @@ struct Coordinator::Impl {
       return;
     }
     connection->allow_tensors();
-    connection->send(Frame(Kind::welcome).i(static_cast<int64_t>(options.heartbeat_s * 1000)).s(options.experiment));
+    connection->send(Frame(Kind::welcome)
+                         .i(static_cast<int64_t>(options.heartbeat_s * 1000))
+                         .i(static_cast<int64_t>(options.timeout_s * 1000))
+                         .s(options.experiment));
     log_line(options.log, fmt::format("worker {} connected; loading the experiment", name));
     Event e;
     e.what = Event::connected;
@@ -379,6 +384,13 @@ struct Coordinator::Impl {
       const int E = static_cast<int>(executors.size());
       const ShardLayout layout(cohort.size(), logical_shards, E);
       const int64_t task = ++next_task;
+      // A worker leaves its Gloo group after any failure, so a task after one that did not
+      // complete needs a new group even with the same workers.
+      if (gloo_store && (executors != gloo_group || !gloo_clean)) {
+        gloo_group = executors;
+        ++gloo_generation;
+      }
+      gloo_clean = false;
       const at::Tensor ids = at::tensor(cohort.ids(), at::kLong);
       const at::Tensor weights = at::tensor(cohort.weights(), at::kDouble);
       for (int e = 0; e < E; ++e) {
@@ -390,6 +402,8 @@ struct Coordinator::Impl {
                                                       .i(logical_shards)
                                                       .i(E)
                                                       .i(e)
+                                                      .i(gloo_store ? gloo_generation : 0)
+                                                      .i(gloo_store ? gloo_store->port() : 0)
                                                       .t(ids)
                                                       .t(weights)
                                                       .tree(input(e, layout)));
@@ -399,8 +413,18 @@ struct Coordinator::Impl {
       std::map<int64_t, std::vector<std::optional<Frame>>> collectives;
       std::vector<std::optional<TensorTree>> replies(E);
       int replied = 0;
+      // A Gloo collective that failed on a worker: usually a peer died, which the coordinator
+      // learns a moment later (then the task runs again); if no worker is dropped within the
+      // timeout, the run fails with it.
+      std::optional<std::pair<std::string, Clock::time_point>> communication_failure;
       auto abort_others = [&](const std::string& why) { send_all(executors, Frame(Kind::abort).i(task).s(why)); };
       for (;;) {
+        if (communication_failure && seconds_since(communication_failure->second) > options.timeout_s) {
+          abort_others("a collective failed");
+          throw Error(fmt::format("{}: {}; no worker was dropped within {} s (if executors reach a collective more "
+                                  "than --worker-timeout apart, raise it)",
+                                  task_name(kind, info.round), communication_failure->first, options.timeout_s));
+        }
         std::optional<Event> event = next_event();
         if (!event) continue;
         const auto rank = rank_of.find(event->worker);
@@ -441,10 +465,19 @@ struct Coordinator::Impl {
           if (++replied == E) {
             std::vector<TensorTree> out;
             for (auto& r : replies) out.push_back(std::move(*r));
+            gloo_clean = true;
             return out;
           }
         } else if (event->message.kind == Kind::failed) {
+          const bool communication = in.i() != 0;
           const std::string message = in.s();
+          if (communication) {
+            log_line(options.log, fmt::format("{}: worker {} (executor {}): {}", task_name(kind, info.round), name, e,
+                                              message));
+            if (!communication_failure)
+              communication_failure.emplace(fmt::format("worker {} (executor {}): {}", name, e, message), Clock::now());
+            continue;
+          }
           abort_others(fmt::format("executor {} failed", e));
           throw Error(fmt::format("worker {} (executor {} of {}) failed in {}: {}", name, e, E,
                                   task_name(kind, info.round), message));
@@ -483,6 +516,10 @@ struct Coordinator::Impl {
   std::string setup_error;
   int dropped = 0;
   int64_t next_task = 0;
+  std::unique_ptr<GlooStore> gloo_store;
+  std::vector<int> gloo_group;  // the workers of the current Gloo generation, in rank order
+  int64_t gloo_generation = 0;
+  bool gloo_clean = false;  // the last task completed: its group is intact on every member
 };
 
 Coordinator::Coordinator(CoordinatorOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
@@ -494,6 +531,8 @@ std::string Coordinator::address() const { return impl_->address; }
 int Coordinator::ready_workers() const { return impl_->count(Impl::State::ready); }
 
 int Coordinator::dropped_workers() const { return impl_->dropped; }
+
+int64_t Coordinator::gloo_generations() const { return impl_->gloo_generation; }
 
 void Coordinator::wait_for_workers(const std::function<bool()>& stop) {
   int reported = -1;
@@ -535,16 +574,27 @@ struct Incoming {
 };
 
 // The worker's side of a task's collectives: each one is a message to the coordinator and the
-// wait for its result.
+// wait for its result; with a Gloo group, allreduces go over it instead.
 class RemoteCommunicator final : public Communicator {
  public:
-  RemoteCommunicator(Connection& connection, Inbox<Incoming>& inbox, int64_t task, int rank, int size)
-      : connection_(connection), inbox_(inbox), task_(task), rank_(rank), size_(size) {}
+  RemoteCommunicator(Connection& connection, Inbox<Incoming>& inbox, int64_t task, const ShardLayout& layout,
+                     int rank, GlooGroup* gloo)
+      : connection_(connection), inbox_(inbox), task_(task), rank_(rank), size_(layout.executors()), gloo_(gloo) {
+    for (int r = 0; r < size_; ++r) shards_per_rank_.push_back(layout.executor_shards(r).size());
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
   std::vector<at::Tensor> allreduce_sum(const std::vector<ShardPartial>& partials) override {
+    if (gloo_) {
+      try {
+        return gloo_->allreduce_sum(partials, shards_per_rank_);
+      } catch (const CommunicationError&) {
+        communication_failed_ = true;
+        throw;
+      }
+    }
     const int64_t count = partials.empty() ? 0 : static_cast<int64_t>(partials.front().values.size());
     Frame f = start(Op::allreduce_sum, count);
     f.i(static_cast<int64_t>(partials.size()));
@@ -574,6 +624,7 @@ class RemoteCommunicator final : public Communicator {
   void finish() override {}
 
   bool aborted() const { return aborted_; }
+  bool communication_failed() const { return communication_failed_; }
   bool bye() const { return bye_; }
   const std::string& lost() const { return lost_; }
 
@@ -615,6 +666,9 @@ class RemoteCommunicator final : public Communicator {
   int64_t task_;
   int rank_;
   int size_;
+  GlooGroup* gloo_;
+  std::vector<int64_t> shards_per_rank_;
+  bool communication_failed_ = false;
   int64_t sequence_ = 0;
   bool aborted_ = false;
   bool bye_ = false;
@@ -711,6 +765,7 @@ void run_worker(const WorkerOptions& o, const std::function<WorkerSetup(const st
             kind_name(answer.kind));
   FrameReader welcome(answer, "the coordinator");
   const auto heartbeat_period = std::chrono::milliseconds(welcome.i());
+  const double timeout_s = static_cast<double>(welcome.i()) / 1000.0;
   const std::string experiment = welcome.s();
   connection->allow_tensors();
   log_line(o.log, fmt::format("connected to {} as {}; loading the experiment", o.connect, name));
@@ -728,6 +783,7 @@ void run_worker(const WorkerOptions& o, const std::function<WorkerSetup(const st
   connection->send(Frame(Kind::ready));
   log_line(o.log, fmt::format("ready ({} intra-op threads)", ws.threads));
 
+  std::unique_ptr<GlooGroup> gloo;  // the group of the latest Gloo generation this worker was in
   for (;;) {
     std::optional<Incoming> in = inbox.pop(std::chrono::milliseconds(1000));
     if (!in) continue;
@@ -745,24 +801,46 @@ void run_worker(const WorkerOptions& o, const std::function<WorkerSetup(const st
     const int64_t logical_shards = task_in.i();
     const int executors = static_cast<int>(task_in.i());
     const int rank = static_cast<int>(task_in.i());
+    const int64_t generation = task_in.i();
+    const int store_port = static_cast<int>(task_in.i());
     const at::Tensor ids = task_in.t().contiguous();
     const at::Tensor weights = task_in.t().contiguous();
     const TensorTree input = task_in.tree();
     const Cohort cohort(std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel()),
                         std::vector<double>(weights.data_ptr<double>(), weights.data_ptr<double>() + weights.numel()));
-    RemoteCommunicator communicator(*connection, inbox, task, rank, executors);
+    const ShardLayout layout(cohort.size(), logical_shards, executors);
+    bool communication_failed = false;
+    std::optional<RemoteCommunicator> communicator;
     try {
-      Program program(cohort, ShardLayout(cohort.size(), logical_shards, executors), rank, communicator, info,
-                      ws.vectorize);
+      if (generation > 0 && (!gloo || gloo->generation() != generation)) {
+        gloo.reset();
+        try {
+          gloo = std::make_unique<GlooGroup>(resolve_ip(o.connect), store_port, generation, rank, executors,
+                                             timeout_s, local_ip_towards(o.connect));
+        } catch (const CommunicationError&) {
+          communication_failed = true;
+          throw;
+        }
+      }
+      communicator.emplace(*connection, inbox, task, layout, rank, generation > 0 ? gloo.get() : nullptr);
+      Program program(cohort, layout, rank, *communicator, info, ws.vectorize);
       detail::ProgramScope scope(program);
       const TensorTree reply = kind == TaskKind::allreduce_probe ? allreduce_probe(program, input)
                                                                  : ws.run(program, kind, input);
       connection->send(Frame(Kind::done).i(task).tree(reply));
     } catch (...) {
-      if (communicator.bye()) break;
-      FAX_CHECK(communicator.lost().empty(), "lost the coordinator at {}: {}", o.connect, communicator.lost());
-      if (!communicator.aborted()) {
-        connection->send(Frame(Kind::failed).i(task).s(detail::describe(std::current_exception())));
+      if (communicator && communicator->bye()) break;
+      FAX_CHECK(!communicator || communicator->lost().empty(), "lost the coordinator at {}: {}", o.connect,
+                communicator->lost());
+      communication_failed = communication_failed || (communicator && communicator->communication_failed());
+      // Leaving the group closes its connections, so peers waiting for this executor in a Gloo
+      // collective fail at once instead of at the timeout; the coordinator starts a new group.
+      gloo.reset();
+      if (!communicator || !communicator->aborted()) {
+        connection->send(Frame(Kind::failed)
+                             .i(task)
+                             .i(communication_failed ? 1 : 0)
+                             .s(detail::describe(std::current_exception())));
       }
     }
   }

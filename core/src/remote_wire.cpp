@@ -226,6 +226,30 @@ std::string url_of(const sockaddr_in& address) {
 
 std::string tcp_url(const std::string& host_port) { return url_of(resolve(host_port)); }
 
+std::string resolve_ip(const std::string& host_port) {
+  const sockaddr_in address = resolve(host_port);
+  char ip[INET_ADDRSTRLEN] = {0};
+  inet_ntop(AF_INET, &address.sin_addr, ip, sizeof ip);
+  return ip;
+}
+
+std::string local_ip_towards(const std::string& host_port) {
+  // Connecting a UDP socket sends nothing; it only asks the kernel which address it would route from.
+  const sockaddr_in peer = resolve(host_port);
+  const int s = ::socket(AF_INET, SOCK_DGRAM, 0);
+  FAX_CHECK(s >= 0, "socket: {}", std::strerror(errno));
+  sockaddr_in local{};
+  socklen_t length = sizeof local;
+  const bool ok = ::connect(s, reinterpret_cast<const sockaddr*>(&peer), sizeof peer) == 0 &&
+                  ::getsockname(s, reinterpret_cast<sockaddr*>(&local), &length) == 0;
+  const int why = errno;
+  ::close(s);
+  FAX_CHECK(ok, "cannot find the local address that reaches {}: {}", host_port, std::strerror(why));
+  char ip[INET_ADDRSTRLEN] = {0};
+  inet_ntop(AF_INET, &local.sin_addr, ip, sizeof ip);
+  return ip;
+}
+
 std::vector<std::string> listen_urls(const std::string& host_port) {
   // TensorPipe reports a failed bind by throwing on its event loop, which ends the process: try
   // the bind here first, so a busy port or a foreign address is an error the user can read.

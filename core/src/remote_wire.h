@@ -27,11 +27,11 @@ class Pipe;
 namespace fax::remote {
 
 /// Bumped whenever a frame's layout changes; coordinator and worker must agree.
-constexpr int64_t kProtocolVersion = 1;
+constexpr int64_t kProtocolVersion = 2;
 
 enum class Kind : int32_t {
   hello = 1,     // worker -> coordinator: protocol, versions, token, name
-  welcome,       // coordinator -> worker: worker id, heartbeat period, the resolved experiment
+  welcome,       // coordinator -> worker: heartbeat period, worker timeout, the resolved experiment
   refuse,        // coordinator -> worker: why it is not admitted (then the pipe closes)
   ready,         // worker -> coordinator: the experiment is loaded
   setup_failed,  // worker -> coordinator: loading the experiment failed (message)
@@ -40,7 +40,7 @@ enum class Kind : int32_t {
   collective,    // worker -> coordinator: this executor's part of collective #seq of a task
   result,        // coordinator -> worker: the outcome of collective #seq
   done,          // worker -> coordinator: the executor's reply to a task
-  failed,        // worker -> coordinator: the program threw (message)
+  failed,        // worker -> coordinator: the program threw (data-plane failure flag, message)
   abort,         // coordinator -> worker: stop the task (a peer failed or was dropped)
   bye,           // coordinator -> worker: the run is over, exit
 };
@@ -91,6 +91,10 @@ std::shared_ptr<tensorpipe::Context> make_context(const std::string& name);
 
 /// "HOST:PORT" -> "tcp://IP:PORT" (host names are resolved to an IPv4 address).
 std::string tcp_url(const std::string& host_port);
+/// "HOST:PORT" -> HOST's IPv4 address.
+std::string resolve_ip(const std::string& host_port);
+/// This host's IPv4 address on the route to HOST (of "HOST:PORT").
+std::string local_ip_towards(const std::string& host_port);
 /// What a coordinator listens on: HOST:PORT over TCP (workers connect there), and a unique
 /// shared-memory address that TensorPipe switches a pipe to when both ends share a host.
 std::vector<std::string> listen_urls(const std::string& host_port);

@@ -1,5 +1,6 @@
-// The TensorPipe backend in one process: a Coordinator on loopback and workers on threads, each
-// serving a test program. Results must have the bits of the same program on local executors.
+// Remote executors in one process: a Coordinator on loopback and workers on threads, each serving
+// a test program. Results must have the bits of the same program on local executors. The suite
+// RemoteCollectives runs once per backend of the allreduce (through the coordinator, and Gloo).
 
 #include <thread>
 
@@ -31,8 +32,9 @@ TensorTree exercise(Program& p, const TensorTree& input) {
 // A coordinator with `n` workers on threads, all serving `fn`.
 class Workers {
  public:
-  Workers(int n, TaskFn fn, double timeout_s = 30) {
+  Workers(int n, TaskFn fn, Collectives collectives = Collectives::tensorpipe, double timeout_s = 30) {
     CoordinatorOptions o;
+    o.collectives = collectives;
     o.workers = n;
     o.token = kToken;
     o.timeout_s = timeout_s;
@@ -86,7 +88,14 @@ void expect_same_bits(const TensorTree& a, const TensorTree& b) {
   }
 }
 
-TEST(Remote, CollectivesHaveTheBitsOfLocalExecutors) {
+class RemoteCollectives : public ::testing::TestWithParam<Collectives> {};
+
+INSTANTIATE_TEST_SUITE_P(Backends, RemoteCollectives, ::testing::Values(Collectives::tensorpipe, Collectives::gloo),
+                         [](const ::testing::TestParamInfo<Collectives>& info) {
+                           return std::string(info.param == Collectives::gloo ? "Gloo" : "TensorPipe");
+                         });
+
+TEST_P(RemoteCollectives, HaveTheBitsOfLocalExecutors) {
   const Cohort cohort({11, 3, 42, 7, 19, 23, 5}, {1, 2, 3, 4, 5, 6, 7});
   const TensorTree input{{"scale", at::tensor(1.5, at::kDouble)}};
   const RoundInfo info{7, 2};
@@ -94,7 +103,7 @@ TEST(Remote, CollectivesHaveTheBitsOfLocalExecutors) {
   const TensorTree local =
       mesh.run(cohort, [&](Program& p) { return Server<TensorTree>(exercise(p, input)); }, info).value();
   for (int n : {2, 3}) {
-    Workers workers(n, exercise_fn());
+    Workers workers(n, exercise_fn(), GetParam());
     const auto replies =
         workers.coordinator().run(TaskKind::round, info, cohort, 3, [&](int, const ShardLayout&) { return input; });
     ASSERT_EQ(replies.size(), static_cast<size_t>(n));
@@ -102,16 +111,46 @@ TEST(Remote, CollectivesHaveTheBitsOfLocalExecutors) {
   }
 }
 
-TEST(Remote, ExtraWorkersAreSpares) {
-  Workers workers(3, exercise_fn());
+// Values of several dtypes and sizes in one allreduce, including an empty one and sizes that do
+// not divide by the executor count (Gloo pads the slices each executor owns).
+TEST_P(RemoteCollectives, AllreduceOfMixedValuesHasTheBitsOfLocalExecutors) {
+  const auto program = [](Program& p) {
+    std::vector<ShardPartial> partials;
+    const Range shards = p.local_shards();
+    for (int64_t s = shards.begin; s < shards.end; ++s) {
+      at::Generator g = p.client_generator(s);
+      partials.push_back({s,
+                          {at::randn({7}, g, at::kFloat), at::randint(1000, {3}, g, at::kLong),
+                           at::empty({0}, at::kDouble), at::randn({2, 3}, g, at::kFloat) * 1e-3,
+                           at::randn({1}, g, at::kDouble)}});
+    }
+    const std::vector<at::Tensor> sums = p.communicator().allreduce_sum(partials);
+    TensorTree out;
+    for (size_t j = 0; j < sums.size(); ++j) out.set("v" + std::to_string(j), sums[j]);
+    return out;
+  };
+  const Cohort cohort = Cohort::range(9);
+  Mesh mesh(MeshOptions{1, 5});
+  const TensorTree local = mesh.run(cohort, [&](Program& p) { return Server<TensorTree>(program(p)); }, {}).value();
+  for (int n : {2, 3}) {
+    Workers workers(n, [&](Program& p, TaskKind, const TensorTree&) { return program(p); }, GetParam());
+    for (const auto& reply :
+         workers.coordinator().run(TaskKind::round, {}, cohort, 5, [](int, const ShardLayout&) { return TensorTree{}; }))
+      expect_same_bits(local, reply);
+  }
+}
+
+TEST_P(RemoteCollectives, ExtraWorkersAreSpares) {
+  Workers workers(3, exercise_fn(), GetParam());
   const auto replies = workers.coordinator().run(TaskKind::round, {}, Cohort::range(4), 2, [](int, const ShardLayout&) {
     return TensorTree{{"scale", at::tensor(1.0, at::kDouble)}};
   });
   EXPECT_EQ(replies.size(), 2u);
 }
 
-TEST(Remote, AllreduceProbeRunsWithoutTheExperiment) {
-  Workers workers(2, [](Program&, TaskKind, const TensorTree&) -> TensorTree { throw Error("not the probe"); });
+TEST_P(RemoteCollectives, AllreduceProbeRunsWithoutTheExperiment) {
+  Workers workers(2, [](Program&, TaskKind, const TensorTree&) -> TensorTree { throw Error("not the probe"); },
+                  GetParam());
   const TensorTree input{{"elements", at::tensor(int64_t{1000})}, {"repeats", at::tensor(int64_t{3})}};
   const auto replies = workers.coordinator().run(TaskKind::allreduce_probe, {}, Cohort::range(3), 3,
                                                  [&](int, const ShardLayout&) { return input; });
@@ -119,11 +158,14 @@ TEST(Remote, AllreduceProbeRunsWithoutTheExperiment) {
   EXPECT_TRUE(replies[0].empty() && replies[1].empty());
 }
 
-TEST(Remote, ProgramErrorNamesWorkerAndRoundAndTheNextTaskRuns) {
-  Workers workers(2, [](Program& p, TaskKind, const TensorTree& input) {
-    if (p.executor() == 1 && input.at("fail").item<int64_t>() != 0) throw Error("client 3 diverged");
-    return exercise(p, input);
-  });
+TEST_P(RemoteCollectives, ProgramErrorNamesWorkerAndRoundAndTheNextTaskRuns) {
+  Workers workers(
+      2,
+      [](Program& p, TaskKind, const TensorTree& input) {
+        if (p.executor() == 1 && input.at("fail").item<int64_t>() != 0) throw Error("client 3 diverged");
+        return exercise(p, input);
+      },
+      GetParam());
   auto input = [](bool fail) {
     return [fail](int, const ShardLayout&) {
       return TensorTree{{"scale", at::tensor(1.0, at::kDouble)}, {"fail", at::tensor(static_cast<int64_t>(fail))}};
@@ -131,24 +173,67 @@ TEST(Remote, ProgramErrorNamesWorkerAndRoundAndTheNextTaskRuns) {
   };
   EXPECT_THAT(error_of([&] { workers.coordinator().run(TaskKind::round, {0, 4}, Cohort::range(4), 2, input(true)); }),
               ::testing::ContainsRegex("worker w[01] \\(executor 1 of 2\\) failed in round 5: client 3 diverged"));
+  // Executor 0 waited in an allreduce for executor 1: it leaves at once (executor 1 left the
+  // group when it failed), and the next task runs in a new group.
+  const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(workers.coordinator().run(TaskKind::round, {0, 5}, Cohort::range(4), 2, input(false)).size(), 2u);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+  if (GetParam() == Collectives::gloo) {
+    EXPECT_EQ(workers.coordinator().gloo_generations(), 2);
+  }
 }
 
-TEST(Remote, DisagreeingCollectivesFail) {
-  Workers workers(2, [](Program& p, TaskKind, const TensorTree&) {
-    if (p.executor() == 0) {
-      p.communicator().barrier();
-    } else {
-      p.communicator().allgather(at::zeros({1}));
-    }
-    return TensorTree{};
-  });
+TEST_P(RemoteCollectives, DisagreeingCollectivesFail) {
+  Workers workers(
+      2,
+      [](Program& p, TaskKind, const TensorTree&) {
+        if (p.executor() == 0) {
+          p.communicator().barrier();
+        } else {
+          p.communicator().allgather(at::zeros({1}));
+        }
+        return TensorTree{};
+      },
+      GetParam());
   EXPECT_THAT(error_of([&] {
                 workers.coordinator().run(TaskKind::round, {}, Cohort::range(2), 2,
                                           [](int, const ShardLayout&) { return TensorTree{}; });
               }),
               ::testing::HasSubstr("executors disagree on collective #0: executor 0 called barrier(0) but executor 1 "
                                    "called allgather(1)"));
+}
+
+// Gloo groups: one per set of executors, a new one when the set changes.
+TEST(RemoteGloo, ANewGroupWhenTheExecutorsChange) {
+  Workers workers(3, exercise_fn(), Collectives::gloo);
+  const auto input = [](int, const ShardLayout&) { return TensorTree{{"scale", at::tensor(1.0, at::kDouble)}}; };
+  Coordinator& c = workers.coordinator();
+  c.run(TaskKind::round, {}, Cohort::range(6), 2, input);
+  c.run(TaskKind::round, {}, Cohort::range(6), 2, input);
+  EXPECT_EQ(c.gloo_generations(), 1);
+  c.run(TaskKind::round, {}, Cohort::range(6), 3, input);
+  EXPECT_EQ(c.gloo_generations(), 2);
+  EXPECT_EQ(c.run(TaskKind::round, {}, Cohort::range(6), 2, input).size(), 2u);
+  EXPECT_EQ(c.gloo_generations(), 3);
+}
+
+// An executor that never joins an allreduce its peer waits in: the peer's Gloo collective times
+// out, and with no worker dropped the task fails naming the collective.
+TEST(RemoteGloo, ACollectiveThatTimesOutWithoutADropFailsTheTask) {
+  Workers workers(
+      2,
+      [](Program& p, TaskKind, const TensorTree&) {
+        if (p.executor() == 0) p.communicator().allreduce_sum({{0, {at::ones({3})}}});
+        return TensorTree{};
+      },
+      Collectives::gloo, 1.0);
+  EXPECT_THAT(error_of([&] {
+                workers.coordinator().run(TaskKind::round, {0, 2}, Cohort::range(2), 2,
+                                          [](int, const ShardLayout&) { return TensorTree{}; });
+              }),
+              ::testing::ContainsRegex("round 3: worker w[01] \\(executor 0\\): .*Gloo alltoall failed.*no worker was "
+                                       "dropped within 1 s"));
+  EXPECT_EQ(workers.coordinator().ready_workers(), 2);
 }
 
 TEST(Remote, WrongTokenIsRefused) {

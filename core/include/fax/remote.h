@@ -21,6 +21,12 @@ enum class TaskKind : int64_t { round = 1, evaluate = 2, allreduce_probe = 3 };
 /// returns what goes back to the coordinator.
 using TaskFn = std::function<TensorTree(Program& program, TaskKind kind, const TensorTree& input)>;
 
+/// How the executors of a task reduce: through the coordinator over TensorPipe (a star: best for
+/// small models and few workers), or directly between the workers over Gloo (LibTorch's
+/// c10d::ProcessGroupGloo: for large models, where the coordinator's link would be the limit).
+/// Both give the same bits. TensorPipe carries everything else either way.
+enum class Collectives { tensorpipe, gloo };
+
 /// Where event lines go (worker connected, refused, dropped); empty: nowhere.
 using LogFn = std::function<void(const std::string& line)>;
 
@@ -35,6 +41,8 @@ struct CoordinatorOptions {
   double timeout_s = 30;
   /// How often workers send a heartbeat.
   double heartbeat_s = 1;
+  /// Where allreduces go; broadcast, allgather and barrier always go through the coordinator.
+  Collectives collectives = Collectives::tensorpipe;
   /// The resolved experiment (YAML) every worker loads.
   std::string experiment;
   LogFn log;
@@ -43,8 +51,9 @@ struct CoordinatorOptions {
 /// The coordinator of remote executors (TensorPipe over TCP): listens for `fax-run worker`
 /// processes, authenticates them with the shared token, sends them the experiment and runs tasks
 /// on them. Worker e of a task is executor e: it runs the program on the logical shards that
-/// ShardLayout gives executor e, and every collective goes through the coordinator, which sums
-/// shard partials in shard order (the same arithmetic as the local backend), so results are
+/// ShardLayout gives executor e. Collectives go through the coordinator, which sums shard partials
+/// in shard order (the same arithmetic as the local backend), or, with Collectives::gloo, the
+/// allreduces go between the workers with that same arithmetic; either way results are
 /// bit-identical to a local run with the same logical shards and threads per executor.
 ///
 /// A worker that disconnects or stays silent past the timeout is dropped: the task is aborted on
@@ -68,6 +77,9 @@ class Coordinator {
   int ready_workers() const;
   /// Workers dropped so far (disconnected or timed out).
   int dropped_workers() const;
+  /// Gloo groups formed so far: one more each time the workers running a task change (0 with
+  /// TensorPipe collectives).
+  int64_t gloo_generations() const;
 
   /// Runs a task on E = min(ready workers, logical_shards) executors; `input(e, layout)` is
   /// executor e's input. Returns each executor's reply, in executor order. A program that throws
