@@ -127,8 +127,9 @@ std::unique_ptr<Coordinator> start_coordinator(const RemoteFlags& remote, const 
   }
   auto coordinator = std::make_unique<Coordinator>(std::move(o));
   if (!quiet) {
-    std::printf("remote: listening on %s; start workers with: fax-run worker --connect %s (same token)\n",
-                coordinator->address().c_str(), coordinator->address().c_str());
+    std::printf("remote: listening on %s; start workers with: fax-run worker --connect %s (same token); "
+                "allreduces: %s\n",
+                coordinator->address().c_str(), coordinator->address().c_str(), remote.collectives.c_str());
     std::fflush(stdout);
   }
   coordinator->wait_for_workers([] { return stop_signal.load() != 0; });

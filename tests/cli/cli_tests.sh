@@ -26,8 +26,10 @@ mkdir -p "$WORK"
 
 write() { cat > "$WORK/$1"; }
 
-# Remote workers: a free loopback port, workers in the background (their pids in $workers),
+# Remote workers: where their allreduces go (the cases remote_* run once per backend: ctest sets
+# FAX_COLLECTIVES), a free loopback port, workers in the background (their pids in $workers),
 # waiting for a line in a log.
+collectives=(--collectives "${FAX_COLLECTIVES:-tensorpipe}")
 free_port() { "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 workers=()
 start_worker() {  # start_worker <log> [args...]
@@ -94,8 +96,10 @@ PY
         workers=()
         for ((i = 0; i < n; i++)); do start_worker "$algorithm-$n-$i.log" -q; done
         run_expect 0 "" -- "$FAX_RUN" run "$experiment" -o "$WORK/$algorithm-$n.h5" "${common[@]}" \
-          --set algorithm.name=$algorithm --workers $n --listen "127.0.0.1:$port" --token-file "$WORK/token"
+          --set algorithm.name=$algorithm --workers $n --listen "127.0.0.1:$port" --token-file "$WORK/token" \
+          "${collectives[@]}"
         grep -q "mesh: $n remote executors" "$WORK/stdout" || fail "not on $n workers: $(cat "$WORK/stdout")"
+        grep -q "allreduces: ${FAX_COLLECTIVES:-tensorpipe}" "$WORK/stdout" || fail "collectives: $(cat "$WORK/stdout")"
         for pid in "${workers[@]}"; do wait "$pid" || fail "a worker exited $? after the run"; done
         "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/$algorithm-local.h5" "$WORK/$algorithm-$n.h5" 12 \
           || fail "$algorithm: local and $n workers differ"
@@ -113,7 +117,8 @@ PY
     port=$(free_port)
     for i in 0 1 2; do start_worker "w$i.log"; done
     "$FAX_RUN" run "$experiment" -o "$WORK/remote.h5" "${common[@]}" --set logging.progress_every=1 --workers 3 \
-      --listen "127.0.0.1:$port" --token-file "$WORK/token" --worker-timeout 2 > "$WORK/coordinator.log" 2>&1 &
+      --listen "127.0.0.1:$port" --token-file "$WORK/token" --worker-timeout 2 "${collectives[@]}" \
+      > "$WORK/coordinator.log" 2>&1 &
     coordinator=$!
     wait_for_line "$WORK/coordinator.log" "^round 20/" 60
     kill -9 "${workers[0]}"
@@ -157,7 +162,7 @@ PY
       ip netns exec "$ns_b" "$FAX_RUN" worker --connect 10.77.0.1:29500 --token-file "$WORK/token" --connect-timeout 2
     kill -9 "${workers[-1]}"
     ip netns exec "$ns_a" "$FAX_RUN" run "$experiment" -o "$WORK/remote.h5" "${common[@]}" --workers 2 \
-      --listen 10.77.0.1:29500 --token-file "$WORK/token" > "$WORK/coordinator.log" 2>&1 &
+      --listen 10.77.0.1:29500 --token-file "$WORK/token" "${collectives[@]}" > "$WORK/coordinator.log" 2>&1 &
     coordinator=$!
     for ns in "$ns_a" "$ns_b"; do
       ip netns exec "$ns" "$FAX_RUN" worker --connect 10.77.0.1:29500 --token-file "$WORK/token" --name "$ns" \
@@ -178,7 +183,7 @@ PY
     port=$(free_port)
     for i in 0 1; do start_worker "w$i.log"; done
     "$FAX_RUN" run "$experiment" -o "$WORK/remote.h5" "${common[@]}" --set logging.progress_every=1 --workers 2 \
-      --listen "127.0.0.1:$port" --token-file "$WORK/token" > "$WORK/coordinator.log" 2>&1 &
+      --listen "127.0.0.1:$port" --token-file "$WORK/token" "${collectives[@]}" > "$WORK/coordinator.log" 2>&1 &
     coordinator=$!
     wait_for_line "$WORK/coordinator.log" "^round 30/" 60
     kill -TERM "$coordinator"
@@ -187,7 +192,8 @@ PY
     for pid in "${workers[@]}"; do wait "$pid" || fail "a worker exited $? when the coordinator stopped"; done
     port=$(free_port)
     for i in 2 3; do start_worker "w$i.log"; done
-    run_expect 0 "" -- "$FAX_RUN" resume "$WORK/remote.h5" --workers 2 --listen "127.0.0.1:$port" --token-file "$WORK/token"
+    run_expect 0 "" -- "$FAX_RUN" resume "$WORK/remote.h5" --workers 2 --listen "127.0.0.1:$port" --token-file "$WORK/token" \
+      "${collectives[@]}"
     grep -q "resuming after round" "$WORK/stdout" || fail "not resumed: $(cat "$WORK/stdout")"
     "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/local.h5" "$WORK/remote.h5" 150 \
       || fail "the resumed remote run differs from the local run"
