@@ -43,6 +43,11 @@ struct WorkerOptions {
   bool quiet = false;
 };
 
+struct LaunchOptions {
+  RunOptions run;  ///< rank 0's run; remote.workers and remote.listen come from the environment
+  double connect_timeout_s = 60;
+};
+
 struct PluginsOptions {
   std::vector<std::string> plugin_dirs;
 };
@@ -92,6 +97,7 @@ int inspect_command(const InspectOptions& options);
 int sweep_command(const SweepOptions& options);
 int plot_command(const PlotOptions& options);
 int worker_command(const WorkerOptions& options);
+int launch_command(const LaunchOptions& options);
 
 /// The shared token of coordinator and workers: the first line of `file`, else $FAX_TOKEN.
 std::string read_token(const std::string& file);

@@ -32,13 +32,11 @@ void add_token_option(CLI::App& app, std::string& file) {
       ->type_name("FILE");
 }
 
-void add_remote_options(CLI::App& app, fax::cli::RemoteFlags& remote) {
-  const std::string group = "Remote workers";
-  app.add_option("--workers", remote.workers,
-                 "run on N 'fax-run worker' processes instead of local threads; waits for N before round 1")
-      ->check(CLI::Range(1, 4096))->type_name("N")->group(group);
-  app.add_option("--listen", remote.listen, "address the coordinator listens on (default: 127.0.0.1:29500)")
-      ->type_name("HOST:PORT")->group(group);
+const char* const kRemoteGroup = "Remote workers";
+
+// What a coordinator needs besides its workers and address (run, resume and launch).
+void add_coordinator_options(CLI::App& app, fax::cli::RemoteFlags& remote) {
+  const std::string group = kRemoteGroup;
   add_token_option(app, remote.token_file);
   app.get_option("--token-file")->group(group);
   app.add_option("--worker-timeout", remote.timeout_s,
@@ -50,6 +48,29 @@ void add_remote_options(CLI::App& app, fax::cli::RemoteFlags& remote) {
       ->check(CLI::IsMember({"tensorpipe", "gloo"}))->type_name("BACKEND")->group(group);
 }
 
+void add_remote_options(CLI::App& app, fax::cli::RemoteFlags& remote) {
+  app.add_option("--workers", remote.workers,
+                 "run on N 'fax-run worker' processes instead of local threads; waits for N before round 1")
+      ->check(CLI::Range(1, 4096))->type_name("N")->group(kRemoteGroup);
+  app.add_option("--listen", remote.listen, "address the coordinator listens on (default: 127.0.0.1:29500)")
+      ->type_name("HOST:PORT")->group(kRemoteGroup);
+  add_coordinator_options(app, remote);
+}
+
+// The experiment and how to log it (run and launch).
+CLI::App* add_run_command(CLI::App& app, const std::string& name, const std::string& description,
+                          fax::cli::RunOptions& run) {
+  CLI::App* cmd = app.add_subcommand(name, description);
+  cmd->add_option("experiment", run.experiment, "the experiment, a YAML file")->required()->type_name("EXPERIMENT.yaml");
+  cmd->add_option("--set", run.overrides, "override a setting, e.g. --set algorithm.client_lr=0.05; repeatable")
+      ->type_name("KEY=VALUE");
+  cmd->add_option("-o,--output", run.output, "the HDF5 run log to write (default: <experiment name>.h5)")
+      ->type_name("RUN.h5");
+  add_plugin_dir_option(*cmd, run.plugin_dirs);
+  cmd->add_flag("-q,--quiet", run.quiet, "no progress output");
+  return cmd;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -58,16 +79,21 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   fax::cli::RunOptions run;
-  CLI::App* run_cmd = app.add_subcommand("run", "run an experiment and log it to HDF5");
-  run_cmd->add_option("experiment", run.experiment, "the experiment, a YAML file")->required()->type_name("EXPERIMENT.yaml");
-  run_cmd->add_option("--set", run.overrides, "override a setting, e.g. --set algorithm.client_lr=0.05; repeatable")
-      ->type_name("KEY=VALUE");
-  run_cmd->add_option("-o,--output", run.output, "the HDF5 run log to write (default: <experiment name>.h5)")
-      ->type_name("RUN.h5");
-  add_plugin_dir_option(*run_cmd, run.plugin_dirs);
+  CLI::App* run_cmd = add_run_command(app, "run", "run an experiment and log it to HDF5", run);
   run_cmd->add_flag("--dry-run", run.dry_run, "print the resolved settings and stop");
-  run_cmd->add_flag("-q,--quiet", run.quiet, "no progress output");
   add_remote_options(*run_cmd, run.remote);
+
+  fax::cli::LaunchOptions launch;
+  CLI::App* launch_cmd = add_run_command(
+      app, "launch",
+      "one command for every process of a launcher (torchrun --no-python, srun): rank 0 runs the experiment as "
+      "coordinator, the other ranks are its workers (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; or SLURM_PROCID, "
+      "SLURM_NTASKS)",
+      launch.run);
+  add_coordinator_options(*launch_cmd, launch.run.remote);
+  launch_cmd->add_option("--connect-timeout", launch.connect_timeout_s,
+                         "workers: seconds to keep trying to reach rank 0 (default: 60)")
+      ->check(CLI::Range(0.1, 86400.0))->type_name("S")->group(kRemoteGroup);
 
   fax::cli::ResumeOptions resume;
   CLI::App* resume_cmd =
@@ -162,6 +188,7 @@ int main(int argc, char** argv) {
     if (sweep_cmd->parsed()) return fax::cli::sweep_command(sweep);
     if (plot_cmd->parsed()) return fax::cli::plot_command(plot);
     if (worker_cmd->parsed()) return fax::cli::worker_command(worker);
+    if (launch_cmd->parsed()) return fax::cli::launch_command(launch);
     return fax::cli::inspect_command(inspect);
   } catch (const fax::Error& e) {
     std::fprintf(stderr, "fax-run: %s\n", e.what());

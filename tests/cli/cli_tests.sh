@@ -198,6 +198,38 @@ PY
     "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/local.h5" "$WORK/remote.h5" 150 \
       || fail "the resumed remote run differs from the local run"
     ;;
+  remote_launch)
+    # One command line for every rank, as torchrun --no-python or srun would start it: rank 0
+    # coordinates, the others are its workers; bit-identical to a local run.
+    echo "fax-test-token" > "$WORK/token"
+    common=(--set rounds=10 --set execution.logical_shards=2 --set logging.eval_every=5 --set logging.checkpoint_every=5)
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/local.h5" "${common[@]}" --set execution.executors=1
+    launch() {  # launch <name> <env assignments of all ranks...>: each rank's environment as VAR=V,VAR=V
+      local name=$1 pids=() rank=0; shift
+      for vars in "$@"; do
+        env -u RANK -u WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT -u SLURM_PROCID -u SLURM_NTASKS \
+          -u SLURM_LAUNCH_NODE_IPADDR ${vars//,/ } "$FAX_RUN" launch "$experiment" -o "$WORK/$name.h5" "${common[@]}" \
+          --token-file "$WORK/token" "${collectives[@]}" > "$WORK/$name-$rank.log" 2>&1 &
+        pids+=($!) workers+=($!)
+        rank=$((rank + 1))
+      done
+      for i in "${!pids[@]}"; do wait "${pids[$i]}" || fail "$name: rank $i exited $?: $(tail -3 "$WORK/$name-$i.log")"; done
+      grep -q "worker rank 1 on .* ready" "$WORK/$name-0.log" || fail "$name: rank 1 did not serve rank 0: $(cat "$WORK/$name-0.log")"
+      "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/local.h5" "$WORK/$name.h5" 10 || fail "$name differs from local"
+    }
+    port=$(free_port)
+    launch torchrun "RANK=0,WORLD_SIZE=3,MASTER_ADDR=127.0.0.1,MASTER_PORT=$port" \
+      "RANK=1,WORLD_SIZE=3,MASTER_ADDR=127.0.0.1,MASTER_PORT=$port" "RANK=2,WORLD_SIZE=3,MASTER_ADDR=127.0.0.1,MASTER_PORT=$port"
+    grep -q "mesh: 2 remote executors" "$WORK/torchrun-0.log" || fail "torchrun: not 2 workers: $(cat "$WORK/torchrun-0.log")"
+    port=$(free_port)
+    launch slurm "SLURM_PROCID=0,SLURM_NTASKS=2,SLURM_LAUNCH_NODE_IPADDR=127.0.0.1,MASTER_PORT=$port" \
+      "SLURM_PROCID=1,SLURM_NTASKS=2,SLURM_LAUNCH_NODE_IPADDR=127.0.0.1,MASTER_PORT=$port"
+    run_expect 2 "fax-run launch needs a launcher's environment: RANK and WORLD_SIZE \(torchrun\)" -- \
+      env -u RANK -u SLURM_PROCID "$FAX_RUN" launch "$experiment"
+    run_expect 2 "MASTER_ADDR is not set" -- env -u MASTER_ADDR -u SLURM_LAUNCH_NODE_IPADDR RANK=1 WORLD_SIZE=2 \
+      "$FAX_RUN" launch "$experiment"
+    run_expect 2 "WORLD_SIZE='two' is not an integer >= 1" -- env RANK=0 WORLD_SIZE=two "$FAX_RUN" launch "$experiment"
+    ;;
   remote_token)
     echo "fax-test-token" > "$WORK/token"
     echo "not-the-token" > "$WORK/wrong"

@@ -1,0 +1,86 @@
+// fax-run launch: the same command line on every process of a launcher; rank 0 coordinates.
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <optional>
+
+#include <fax/error.h>
+
+#include "commands.h"
+
+namespace fax::cli {
+namespace {
+
+std::optional<std::string> env(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+int env_int(const char* name, const std::string& value, int min) {
+  const bool digits = !value.empty() && value.size() <= 9 && value.find_first_not_of("0123456789") == std::string::npos;
+  FAX_CHECK(digits && std::stoi(value) >= min, "{}='{}' is not an integer >= {}", name, value, min);
+  return std::stoi(value);
+}
+
+// This process's place in the launch: torchrun's variables, else Slurm's.
+struct Launch {
+  int rank = 0;
+  int size = 1;
+  std::string address;  // HOST:PORT of rank 0
+};
+
+Launch launch_from_environment() {
+  Launch l;
+  const char* rank_var = "RANK";
+  const char* size_var = "WORLD_SIZE";
+  if (!env(rank_var) && env("SLURM_PROCID")) {
+    rank_var = "SLURM_PROCID";
+    size_var = "SLURM_NTASKS";
+  }
+  const auto rank = env(rank_var), size = env(size_var);
+  FAX_CHECK(rank && size,
+            "fax-run launch needs a launcher's environment: RANK and WORLD_SIZE (torchrun) or SLURM_PROCID and "
+            "SLURM_NTASKS (srun); use 'fax-run run' and 'fax-run worker' otherwise");
+  l.rank = env_int(rank_var, *rank, 0);
+  l.size = env_int(size_var, *size, 1);
+  FAX_CHECK(l.rank < l.size, "{}={} is not below {}={}", rank_var, l.rank, size_var, l.size);
+  // Under Slurm without MASTER_ADDR, rank 0 is assumed on the node srun was started from.
+  const auto host = env("MASTER_ADDR") ? env("MASTER_ADDR") : env("SLURM_LAUNCH_NODE_IPADDR");
+  FAX_CHECK(host || l.size == 1,
+            "MASTER_ADDR is not set: export the address of rank 0's host (under Slurm: export MASTER_ADDR=$(scontrol "
+            "show hostnames \"$SLURM_JOB_NODELIST\" | head -n1))");
+  const std::string port = env("MASTER_PORT").value_or("29500");
+  env_int("MASTER_PORT", port, 1);
+  if (host) l.address = *host + ":" + port;
+  return l;
+}
+
+std::string host_name() {
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) != 0) return "unknown";
+  return host;
+}
+
+}  // namespace
+
+int launch_command(const LaunchOptions& options) {
+  const Launch l = launch_from_environment();
+  if (l.rank == 0) {
+    RunOptions run = options.run;
+    run.remote.workers = l.size - 1;
+    if (l.size > 1) run.remote.listen = l.address;
+    return run_command(run);
+  }
+  WorkerOptions worker;
+  worker.connect = l.address;
+  worker.token_file = options.run.remote.token_file;
+  worker.plugin_dirs = options.run.plugin_dirs;
+  worker.connect_timeout_s = options.connect_timeout_s;
+  worker.name = fmt::format("rank {} on {}", l.rank, host_name());
+  worker.quiet = options.run.quiet;
+  return worker_command(worker);
+}
+
+}  // namespace fax::cli
