@@ -161,9 +161,11 @@ struct RemoteWorkers {
   std::unique_ptr<Coordinator> coordinator;
 
   RemoteWorkers() = default;
-  RemoteWorkers(int workers, std::string experiment, const std::vector<std::string>& plugin_dirs) {
+  RemoteWorkers(int workers, std::string experiment, const std::vector<std::string>& plugin_dirs,
+                Collectives collectives) {
     CoordinatorOptions o;
     o.workers = workers;
+    o.collectives = collectives;
     o.token = fmt::format("bench-{}-{}", ::getpid(), Clock::now().time_since_epoch().count());
     o.experiment = std::move(experiment);
     coordinator = std::make_unique<Coordinator>(o);
@@ -179,12 +181,12 @@ class Bench {
 
   // Median round time of `c` (the warm-up and the evaluating last round excluded), on local
   // executor threads or, with `workers` > 0, on that many `fax-run worker` processes.
-  Timing time(const Case& c, int workers = 0) {
+  Timing time(const Case& c, int workers = 0, Collectives collectives = Collectives::tensorpipe) {
     const Prepared p = prepare(c);
     const FederatedDataset& data = *p.data;
     auto algorithm = p.setup.plugin->create();
     RemoteWorkers remote;
-    if (workers > 0) remote = RemoteWorkers(workers, p.setup.config.to_yaml(), loader_dirs_);
+    if (workers > 0) remote = RemoteWorkers(workers, p.setup.config.to_yaml(), loader_dirs_, collectives);
     Experiment experiment(p.setup.config, *algorithm, *p.model, data, remote.coordinator.get());
     std::vector<double> ends;
     experiment.run(nullptr, [&](const RoundReport& r) { ends.push_back(r.elapsed_s); });
@@ -232,12 +234,20 @@ class Bench {
     });
   }
 
+  // The number of parameters of the case's model.
+  int64_t parameters(const Case& c) {
+    const Prepared p = prepare(c);
+    int64_t n = 0;
+    for (const auto& [name, t] : p.model->init(at::make_generator<at::CPUGeneratorImpl>(0))) n += t.numel();
+    return n;
+  }
+
   // Seconds per allreduce of `elements` float32 values per logical shard over 2 worker processes
-  // (one shard each), through the coordinator.
-  std::vector<double> allreduce_seconds(const std::vector<int64_t>& elements) {
+  // (one shard each), through the coordinator or over Gloo.
+  std::vector<double> allreduce_seconds(const std::vector<int64_t>& elements, Collectives collectives) {
     Case tiny{"  name: synthetic\n", "  name: softmax_regression\n", 10, 2, 2, 0, 1};
     const ExperimentSetup setup = resolve_experiment(Config::from_yaml(tiny.yaml(), "fax-run bench"), loader_);
-    RemoteWorkers remote(2, setup.config.to_yaml(), loader_dirs_);
+    RemoteWorkers remote(2, setup.config.to_yaml(), loader_dirs_, collectives);
     std::vector<double> out;
     for (int64_t n : elements) {
       const int64_t repeats = std::max<int64_t>(1, 30'000'000 / n);
@@ -318,8 +328,8 @@ int bench_command(const BenchOptions& options) {
   const int executors = options.executors > 0 ? options.executors : cores;
   // MLP rounds take a fraction of a second: time enough of them for a stable median.
   const int rounds = options.quick ? 7 : 15;
-  auto say = [&](const char* what) {
-    std::printf("bench: %s\n", what);
+  auto say = [&](const std::string& what) {
+    std::printf("bench: %s\n", what.c_str());
     std::fflush(stdout);
   };
 
@@ -361,22 +371,52 @@ int bench_command(const BenchOptions& options) {
   m.emplace_back("scaling/mlp_weak_efficiency", mlp_scaling);
   m.emplace_back("scaling/cnn_weak_efficiency", cnn_scaling);
 
-  say("remote: MLP cohort 64 on 2 worker processes vs 2 executor threads (TensorPipe over loopback)");
-  const Timing mlp_remote = bench.time({kFmnist, kMlp, 64, 2, 2, 0, rounds}, 2);
-  const Timing mlp_threads = executors == 2 ? mlp : bench.time({kFmnist, kMlp, 64, 2, 2, 0, rounds});
+  say("remote: MLP cohort 64 on 2 worker processes (TensorPipe, Gloo) vs 2 executor threads, loopback");
+  const Case remote_case{kFmnist, kMlp, 64, 2, 2, 0, rounds};
+  const Timing mlp_remote = bench.time(remote_case, 2);
+  const Timing mlp_gloo = bench.time(remote_case, 2, Collectives::gloo);
+  const Timing mlp_threads = executors == 2 ? mlp : bench.time(remote_case);
   m.emplace_back("remote/mlp_round_s", mlp_remote.round_s);
+  m.emplace_back("remote/mlp_gloo_round_s", mlp_gloo.round_s);
   m.emplace_back("remote/mlp_threads_round_s", mlp_threads.round_s);
   m.emplace_back("remote/ratio", mlp_remote.round_s / mlp_threads.round_s);
+  m.emplace_back("remote/gloo_ratio", mlp_gloo.round_s / mlp_threads.round_s);
 
-  say("remote: allreduce of 1e5 .. 1e8 float32 over 2 worker processes (star through the coordinator)");
+  // Both data planes at model sizes 1e5 .. 1e8: the allreduce alone, and a FedAvg round of a
+  // transformer LM of that size on 2 clients (one per worker) with one 8-token sequence each, so
+  // that the round is mostly the model's way to the workers and back, not compute.
   const std::vector<int64_t> sizes{100'000, 1'000'000, 10'000'000, 100'000'000};
-  const std::vector<double> allreduce = bench.allreduce_seconds(sizes);
-  std::string allreduce_row;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const double gbps = 4.0 * static_cast<double>(sizes[i]) / allreduce[i] / 1e9;
-    m.emplace_back(fmt::format("remote/allreduce_{:.0e}_s", static_cast<double>(sizes[i])), allreduce[i]);
-    m.emplace_back(fmt::format("remote/allreduce_{:.0e}_gbps", static_cast<double>(sizes[i])), gbps);
-    allreduce_row += fmt::format("{}{:.3g} ms ({:.2f} GB/s)", i > 0 ? ", " : "", 1e3 * allreduce[i], gbps);
+  std::vector<Case> lm_cases;
+  for (const auto& [depth, width] : {std::pair{1, 80}, {1, 288}, {2, 644}, {2, 2040}}) {
+    lm_cases.push_back({"  name: synthetic_tokens\n  clients: 2\n  sequences: 2\n  sequence_length: 8\n  vocab: 256\n",
+                        fmt::format("  name: transformer\n  depth: {}\n  width: {}\n  heads: 4\n", depth, width), 2,
+                        2, 2, 0, 2});
+  }
+  std::string lm_sizes;
+  for (size_t i = 0; i < lm_cases.size(); ++i) {
+    const int64_t n = bench.parameters(lm_cases[i]);
+    m.emplace_back(fmt::format("remote/lm_{:.0e}_parameters", static_cast<double>(sizes[i])), static_cast<double>(n));
+    lm_sizes += fmt::format("{}{:.2g}", i > 0 ? ", " : "", static_cast<double>(n));
+  }
+  std::vector<Row> plane_rows;
+  for (const auto& [collectives, name] : {std::pair{Collectives::tensorpipe, "tensorpipe"}, {Collectives::gloo, "gloo"}}) {
+    say(fmt::format("remote ({}): allreduce of 1e5 .. 1e8 float32 and an LM round of {} parameters, 2 worker "
+                    "processes",
+                    name, lm_sizes));
+    const std::vector<double> allreduce = bench.allreduce_seconds(sizes, collectives);
+    std::string allreduce_row, round_row;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const double gbps = 4.0 * static_cast<double>(sizes[i]) / allreduce[i] / 1e9;
+      const std::string size = fmt::format("{:.0e}", static_cast<double>(sizes[i]));
+      m.emplace_back(fmt::format("remote/{}/allreduce_{}_s", name, size), allreduce[i]);
+      m.emplace_back(fmt::format("remote/{}/allreduce_{}_gbps", name, size), gbps);
+      allreduce_row += fmt::format("{}{:.3g} ms ({:.2f} GB/s)", i > 0 ? ", " : "", 1e3 * allreduce[i], gbps);
+      const double round_s = bench.time(lm_cases[i], 2, collectives).round_s;
+      m.emplace_back(fmt::format("remote/{}/round_{}_s", name, size), round_s);
+      round_row += fmt::format("{}{:.3g}", i > 0 ? ", " : "", round_s);
+    }
+    plane_rows.push_back({fmt::format("{} allreduce 1e5, 1e6, 1e7, 1e8 floats", name), allreduce_row, ""});
+    plane_rows.push_back({fmt::format("{} LM round (s), {} params", name, lm_sizes), round_row, ""});
   }
 
   say("peak RSS at cohort 64 and 2048 (MLP, vectorize 64, separate processes)");
@@ -405,7 +445,7 @@ int bench_command(const BenchOptions& options) {
     throw Error("bench: no metric " + name);
   };
   auto pct = [](double x) { return fmt::format("{:.1f}%", 100 * x); };
-  const std::vector<Row> rows{
+  std::vector<Row> rows{
       {"GEMM peak OpenBLAS / oneDNN (GFLOP/s)",
        fmt::format("{:.1f} / {:.1f}", peak.openblas / 1e9, peak.onednn / 1e9), ""},
       {"MLP c=64 round (s), clients/s", fmt::format("{:.3f}, {:.0f}", mlp.round_s, get("mlp/clients_per_s")), ""},
@@ -422,13 +462,16 @@ int bench_command(const BenchOptions& options) {
        "<= 1.5x"},
       {"remote MLP c=64, 2 processes / 2 threads",
        fmt::format("{:.3f} / {:.3f} ({:.2f}x)", mlp_remote.round_s, mlp_threads.round_s, get("remote/ratio")), "<= 1.2x"},
-      {"remote allreduce 1e5, 1e6, 1e7, 1e8 floats", allreduce_row, ""},
+      {"  same, allreduces over Gloo",
+       fmt::format("{:.3f} / {:.3f} ({:.2f}x)", mlp_gloo.round_s, mlp_threads.round_s, get("remote/gloo_ratio")),
+       "<= 1.2x"},
       {"federated overhead (FedAvg / plain loop)",
        fmt::format("{:.3f} / {:.3f} s ({:.2f}x)", fed_s, plain, fed_s / plain), "<= 1.10x"},
   };
+  rows.insert(rows.end() - 1, plane_rows.begin(), plane_rows.end());
   std::printf("\nfax-run bench %s, %d executor(s), %d hardware threads%s\n", FAX_VERSION, executors, cores,
               options.quick ? ", --quick" : "");
-  for (const auto& r : rows) std::printf("  %-42s %-28s %s\n", r.name.c_str(), r.value.c_str(), r.target.c_str());
+  for (const auto& r : rows) std::printf("  %-46s %-28s %s\n", r.name.c_str(), r.value.c_str(), r.target.c_str());
 
   RunLog log(options.output, fmt::format("bench: {{quick: {}, executors: {}}}\n", options.quick, executors),
              {{"fax_version", FAX_VERSION}, {"hardware_threads", std::to_string(cores)}});

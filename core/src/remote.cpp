@@ -47,8 +47,9 @@ std::string default_worker_name() {
   return fmt::format("{}:{}", host, getpid());
 }
 
-// Collectives, as the frames that carry them name them.
-enum class Op : int64_t { allreduce_sum = 1, broadcast, allgather, barrier };
+// Collectives, as the frames that carry them name them. gloo_allreduce carries no data: every
+// executor announces it before the allreduce that follows over Gloo (see RemoteCommunicator).
+enum class Op : int64_t { allreduce_sum = 1, broadcast, allgather, barrier, gloo_allreduce };
 
 const char* op_name(int64_t op) {
   switch (static_cast<Op>(op)) {
@@ -56,6 +57,7 @@ const char* op_name(int64_t op) {
     case Op::broadcast: return "broadcast";
     case Op::allgather: return "allgather";
     case Op::barrier: return "barrier";
+    case Op::gloo_allreduce: return "allreduce_sum";
   }
   return "?";
 }
@@ -361,6 +363,29 @@ struct Coordinator::Impl {
       case Op::allgather:
         for (FrameReader& in : readers) out.push_back(in.t());
         break;
+      case Op::gloo_allreduce: {
+        // After the signature: each value's dtype and element count, which Gloo cannot check (a
+        // transfer of another size ends the process).
+        std::vector<std::vector<int64_t>> layouts;
+        for (FrameReader& in : readers) {
+          auto& l = layouts.emplace_back();
+          for (int64_t j = 0; j < 2 * arg; ++j) l.push_back(in.i());
+        }
+        for (size_t e = 1; e < layouts.size(); ++e) {
+          for (int64_t j = 0; j < arg; ++j) {
+            const auto& a = layouts[0];
+            const auto& b = layouts[e];
+            if (a[2 * j] == b[2 * j] && a[2 * j + 1] == b[2 * j + 1]) continue;
+            auto describe = [](const std::vector<int64_t>& l, int64_t v) {
+              return fmt::format("{} {} elements", c10::toString(static_cast<at::ScalarType>(l[2 * v])), l[2 * v + 1]);
+            };
+            throw Error(fmt::format("executors disagree on collective #{} (allreduce_sum), value {}: executor 0 has {}, "
+                                    "executor {} has {}",
+                                    seq, j, describe(a, j), e, describe(b, j)));
+          }
+        }
+        break;
+      }
       case Op::barrier:
         break;
       default:
@@ -418,6 +443,22 @@ struct Coordinator::Impl {
       // timeout, the run fails with it.
       std::optional<std::pair<std::string, Clock::time_point>> communication_failure;
       auto abort_others = [&](const std::string& why) { send_all(executors, Frame(Kind::abort).i(task).s(why)); };
+      // An executor that returned while another waits in a collective: that one would wait forever.
+      auto check_spmd = [&] {
+        const auto returned = std::find_if(replies.begin(), replies.end(), [](const auto& r) { return r.has_value(); });
+        if (returned == replies.end() || collectives.empty()) return;
+        const auto& [seq, slots] = *collectives.begin();
+        const auto waiting = std::find_if(slots.begin(), slots.end(), [](const auto& f) { return f.has_value(); });
+        FrameReader part(**waiting, "");
+        part.i();
+        part.i();
+        const std::string why = fmt::format(
+            "executor {} returned while executor {} waits in collective #{} ({}); every executor must run the same "
+            "collectives in the same order",
+            returned - replies.begin(), waiting - slots.begin(), seq, op_name(part.i()));
+        abort_others(why);
+        throw Error(fmt::format("{}: {}", task_name(kind, info.round), why));
+      };
       for (;;) {
         if (communication_failure && seconds_since(communication_failure->second) > options.timeout_s) {
           abort_others("a collective failed");
@@ -444,7 +485,10 @@ struct Coordinator::Impl {
           auto& slots = collectives[seq];
           slots.resize(E);
           slots[e] = std::move(event->message);
-          if (std::any_of(slots.begin(), slots.end(), [](const auto& s) { return !s; })) continue;
+          if (std::any_of(slots.begin(), slots.end(), [](const auto& s) { return !s; })) {
+            check_spmd();
+            continue;
+          }
           std::vector<Frame> parts;
           for (auto& s : slots) parts.push_back(std::move(*s));
           collectives.erase(seq);
@@ -462,6 +506,7 @@ struct Coordinator::Impl {
         } else if (event->message.kind == Kind::done) {
           FAX_CHECK(!replies[e], "worker {} replied twice to task {}", name, task);
           replies[e] = in.tree();
+          check_spmd();
           if (++replied == E) {
             std::vector<TensorTree> out;
             for (auto& r : replies) out.push_back(std::move(*r));
@@ -588,6 +633,18 @@ class RemoteCommunicator final : public Communicator {
 
   std::vector<at::Tensor> allreduce_sum(const std::vector<ShardPartial>& partials) override {
     if (gloo_) {
+      // All executors meet at the coordinator first: the Gloo collective then waits for the
+      // transfer only, never for a slower executor's computation, so Gloo's timeout does not
+      // bound how unequal executors may be; an executor that hangs or dies before it arrives is
+      // handled by the control plane (abort, rerun); and the coordinator checks that all call the
+      // same collective.
+      const int64_t count = partials.empty() ? 0 : static_cast<int64_t>(partials.front().values.size());
+      Frame announce = start(Op::gloo_allreduce, count);
+      if (!partials.empty()) {
+        for (const auto& v : partials.front().values)
+          announce.i(static_cast<int64_t>(v.scalar_type())).i(v.numel());
+      }
+      exchange(std::move(announce));
       try {
         return gloo_->allreduce_sum(partials, shards_per_rank_);
       } catch (const CommunicationError&) {
