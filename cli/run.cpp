@@ -105,7 +105,8 @@ class StopSignals {
 constexpr const char* kDefaultListen = "127.0.0.1:29500";
 
 // The coordinator of remote workers, once they are all ready; none for a local run.
-std::unique_ptr<Coordinator> start_coordinator(const RemoteFlags& remote, const Config& config, bool quiet) {
+std::unique_ptr<Coordinator> start_coordinator(const RemoteFlags& remote, const Config& config, std::string identity,
+                                               bool quiet) {
   if (remote.workers == 0) {
     FAX_CHECK(remote.listen.empty(), "--listen needs --workers N (the workers to wait for)");
     FAX_CHECK(remote.collectives == "tensorpipe", "--collectives needs --workers N (local executors share memory)");
@@ -119,6 +120,7 @@ std::unique_ptr<Coordinator> start_coordinator(const RemoteFlags& remote, const 
   o.heartbeat_s = std::min(1.0, remote.timeout_s / 4);
   o.collectives = remote.collectives == "gloo" ? Collectives::gloo : Collectives::tensorpipe;
   o.experiment = config.to_yaml();
+  o.identity = std::move(identity);
   if (!quiet) {
     o.log = [](const std::string& line) {
       std::printf("remote: %s\n", line.c_str());
@@ -144,7 +146,8 @@ int execute(const ExperimentSetup& setup, const std::string& source, const std::
   const auto model = setup.model->create(config, {data->input_shape(), data->num_classes()});
   auto algorithm = setup.plugin->create();
   const StopSignals signals;
-  const std::unique_ptr<Coordinator> coordinator = start_coordinator(remote, config, quiet);
+  const std::unique_ptr<Coordinator> coordinator =
+      start_coordinator(remote, config, experiment_identity(setup, *data, *model), quiet);
   Experiment experiment(config, *algorithm, *model, *data, coordinator.get());
 
   std::optional<ResumePoint> point;

@@ -1,5 +1,7 @@
 #include "setup.h"
 
+#include <fstream>
+
 #include <fax/error.h>
 #include <fax/experiment.h>
 
@@ -39,6 +41,20 @@ ExperimentSetup resolve_experiment(Config config, const PluginLoader& loader) {
   schema.add_all(setup.plugin->keys, "algorithm");
   setup.config.resolve(schema);
   return setup;
+}
+
+std::string experiment_identity(const ExperimentSetup& setup, const FederatedDataset& data, const Model& model) {
+  std::ifstream in(setup.plugin->path, std::ios::binary);
+  FAX_CHECK(in.good(), "cannot read the plugin {}", setup.plugin->path);
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a
+  int64_t size = 0;
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
+    for (std::streamsize i = 0; i < in.gcount(); ++i) hash = (hash ^ static_cast<unsigned char>(buffer[i])) * 1099511628211ull;
+    size += in.gcount();
+  }
+  return fmt::format("algorithm {} ({} bytes, FNV-1a {:016x}), data {}, model {}", setup.plugin->name, size, hash,
+                     data.describe(), model.describe());
 }
 
 }  // namespace fax::cli

@@ -23,6 +23,11 @@ struct ExperimentSetup {
 
 /// Checks `config` against the schema of the data set, model and algorithm it names.
 ExperimentSetup resolve_experiment(Config config, const PluginLoader& loader);
+
+/// What an experiment resolved to on this host, for a coordinator to compare with its workers':
+/// the plugin (name and a hash of its library file: another build would compute other bits), the
+/// data set and the model as they describe themselves.
+std::string experiment_identity(const ExperimentSetup& setup, const FederatedDataset& data, const Model& model);
 /// The experiment file at `path` with its --set overrides, resolved.
 ExperimentSetup load_experiment(const std::string& path, const std::vector<std::string>& overrides,
                                 const PluginLoader& loader);

@@ -62,6 +62,7 @@ int worker_command(const WorkerOptions& options) {
     WorkerSetup ws;
     ws.threads = static_cast<int>(config.get_int("execution.threads"));
     ws.vectorize = config.get_int("execution.vectorize");
+    ws.identity = experiment_identity(w->setup, *w->data, *w->model);
     Experiment* e = w->experiment.get();
     ws.run = [e](Program& p, TaskKind kind, const TensorTree& input) { return e->serve(p, kind, input); };
     ws.keep_alive = w;

@@ -275,6 +275,13 @@ struct Coordinator::Impl {
       switch (w.state) {
         case State::loading:
           if (e.message.kind == Kind::ready) {
+            const std::string identity = FrameReader(e.message, w.name).s();
+            if (!options.identity.empty() && identity != options.identity) {
+              setup_error = fmt::format("worker {} resolved the experiment differently: it has {}, the coordinator has {}",
+                                        w.name, identity, options.identity);
+              drop(e.worker, setup_error);
+              return std::nullopt;
+            }
             w.state = State::ready;
             log_line(options.log, fmt::format("worker {} ready ({} ready)", w.name, count(State::ready)));
           } else if (e.message.kind == Kind::setup_failed) {
@@ -837,7 +844,7 @@ void run_worker(const WorkerOptions& o, const std::function<WorkerSetup(const st
     throw;
   }
   at::set_num_threads(ws.threads);
-  connection->send(Frame(Kind::ready));
+  connection->send(Frame(Kind::ready).s(ws.identity));
   log_line(o.log, fmt::format("ready ({} intra-op threads)", ws.threads));
 
   std::unique_ptr<GlooGroup> gloo;  // the group of the latest Gloo generation this worker was in

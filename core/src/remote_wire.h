@@ -27,13 +27,13 @@ class Pipe;
 namespace fax::remote {
 
 /// Bumped whenever a frame's layout changes; coordinator and worker must agree.
-constexpr int64_t kProtocolVersion = 2;
+constexpr int64_t kProtocolVersion = 3;
 
 enum class Kind : int32_t {
   hello = 1,     // worker -> coordinator: protocol, versions, token, name
   welcome,       // coordinator -> worker: heartbeat period, worker timeout, the resolved experiment
   refuse,        // coordinator -> worker: why it is not admitted (then the pipe closes)
-  ready,         // worker -> coordinator: the experiment is loaded
+  ready,         // worker -> coordinator: the experiment is loaded (what it resolved to)
   setup_failed,  // worker -> coordinator: loading the experiment failed (message)
   heartbeat,     // worker -> coordinator: alive
   task,          // coordinator -> worker: run a program for a cohort

@@ -253,6 +253,14 @@ PY
     FAX_TOKEN=fax-test-token run_expect 0 "" -- "$FAX_RUN" worker --connect "127.0.0.1:$port"
     wait "$coordinator" || fail "the coordinator exited $?: $(cat "$WORK/coordinator.log")"
     grep -q "refused a worker (.*): wrong token" "$WORK/coordinator.log" || fail "refusal not logged: $(cat "$WORK/coordinator.log")"
+    # A worker whose plugin is another build (here: one byte more) would compute other bits.
+    mkdir -p "$WORK/other"
+    cp "$(dirname "$FAX_RUN")/../lib/fax/plugins/fax_fedavg.so" "$WORK/other/" && printf 'x' >> "$WORK/other/fax_fedavg.so"
+    port=$(free_port)
+    start_worker other.log --plugin-dir "$WORK/other"
+    run_expect 2 "worker .* resolved the experiment differently: it has algorithm fedavg \([0-9]+ bytes, FNV-1a [0-9a-f]{16}\), data .*, the coordinator has algorithm fedavg \([0-9]+ bytes, FNV-1a [0-9a-f]{16}\)" -- \
+      "$FAX_RUN" run "$experiment" -o "$WORK/other.h5" --set rounds=2 --workers 1 --listen "127.0.0.1:$port" \
+      --token-file "$WORK/token"
     ;;
   dry_run)
     run_expect 0 "" -- "$FAX_RUN" run "$experiment" --dry-run --set algorithm.client_lr=0.07

@@ -289,6 +289,30 @@ TEST(Remote, AWorkerThatCannotLoadTheExperimentFailsTheWait) {
   EXPECT_THAT(worker_error, ::testing::HasSubstr("cannot load"));
 }
 
+TEST(Remote, AWorkerThatResolvedTheExperimentDifferentlyFailsTheWait) {
+  CoordinatorOptions o;
+  o.token = kToken;
+  o.identity = "algorithm fedavg (build A)";
+  Coordinator coordinator(o);
+  std::thread worker([&] {
+    WorkerOptions w;
+    w.connect = coordinator.address();
+    w.token = kToken;
+    w.name = "w0";
+    error_of([&] {
+      run_worker(w, [](const std::string&) {
+        WorkerSetup ws;
+        ws.identity = "algorithm fedavg (build B)";
+        return ws;
+      });
+    });
+  });
+  EXPECT_THAT(error_of([&] { coordinator.wait_for_workers(); }),
+              ::testing::HasSubstr("worker w0 resolved the experiment differently: it has algorithm fedavg (build B), "
+                                   "the coordinator has algorithm fedavg (build A)"));
+  worker.join();
+}
+
 TEST(Remote, BadOptionsAreUserErrors) {
   CoordinatorOptions o;
   EXPECT_THAT(error_of([&] { Coordinator c(o); }), ::testing::HasSubstr("need a shared token"));

@@ -45,6 +45,10 @@ struct CoordinatorOptions {
   Collectives collectives = Collectives::tensorpipe;
   /// The resolved experiment (YAML) every worker loads.
   std::string experiment;
+  /// What the experiment resolves to here (algorithm build, data, model; see WorkerSetup): a worker
+  /// whose setup reports something else would not compute the same bits, and is refused. Empty:
+  /// not checked.
+  std::string identity;
   LogFn log;
 };
 
@@ -108,6 +112,7 @@ struct WorkerOptions {
 struct WorkerSetup {
   int threads = 1;         ///< LibTorch intra-op threads of the executor
   int64_t vectorize = 0;   ///< clients per map_clients chunk
+  std::string identity;    ///< compared with CoordinatorOptions::identity
   TaskFn run;
   std::shared_ptr<void> keep_alive;  ///< whatever `run` refers to (data set, model, plugin)
 };
