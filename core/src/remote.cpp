@@ -373,22 +373,20 @@ struct Coordinator::Impl {
       case Op::gloo_allreduce: {
         // After the signature: each value's dtype and element count, which Gloo cannot check (a
         // transfer of another size ends the process).
-        std::vector<std::vector<int64_t>> layouts;
-        for (FrameReader& in : readers) {
-          auto& l = layouts.emplace_back();
-          for (int64_t j = 0; j < 2 * arg; ++j) l.push_back(in.i());
-        }
-        for (size_t e = 1; e < layouts.size(); ++e) {
+        auto describe = [](const std::pair<int64_t, int64_t>& v) {
+          return fmt::format("{} {} elements", c10::toString(static_cast<at::ScalarType>(v.first)), v.second);
+        };
+        std::vector<std::pair<int64_t, int64_t>> first;  // executor 0's (dtype, elements) per value
+        for (size_t e = 0; e < readers.size(); ++e) {
           for (int64_t j = 0; j < arg; ++j) {
-            const auto& a = layouts[0];
-            const auto& b = layouts[e];
-            if (a[2 * j] == b[2 * j] && a[2 * j + 1] == b[2 * j + 1]) continue;
-            auto describe = [](const std::vector<int64_t>& l, int64_t v) {
-              return fmt::format("{} {} elements", c10::toString(static_cast<at::ScalarType>(l[2 * v])), l[2 * v + 1]);
-            };
-            throw Error(fmt::format("executors disagree on collective #{} (allreduce_sum), value {}: executor 0 has {}, "
-                                    "executor {} has {}",
-                                    seq, j, describe(a, j), e, describe(b, j)));
+            const std::pair<int64_t, int64_t> value{readers[e].i(), readers[e].i()};
+            if (e == 0) {
+              first.push_back(value);
+            } else if (value != first[static_cast<size_t>(j)]) {
+              throw Error(fmt::format("executors disagree on collective #{} (allreduce_sum), value {}: executor 0 has "
+                                      "{}, executor {} has {}",
+                                      seq, j, describe(first[static_cast<size_t>(j)]), e, describe(value)));
+            }
           }
         }
         break;
@@ -848,6 +846,7 @@ void run_worker(const WorkerOptions& o, const std::function<WorkerSetup(const st
   log_line(o.log, fmt::format("ready ({} intra-op threads)", ws.threads));
 
   std::unique_ptr<GlooGroup> gloo;  // the group of the latest Gloo generation this worker was in
+  std::string store_ip, gloo_ip;    // the coordinator's address and this end's, resolved at the first group
   for (;;) {
     std::optional<Incoming> in = inbox.pop(std::chrono::milliseconds(1000));
     if (!in) continue;
@@ -878,9 +877,12 @@ void run_worker(const WorkerOptions& o, const std::function<WorkerSetup(const st
     try {
       if (generation > 0 && (!gloo || gloo->generation() != generation)) {
         gloo.reset();
+        if (store_ip.empty()) {
+          store_ip = resolve_ip(o.connect);
+          gloo_ip = local_ip_towards(o.connect);
+        }
         try {
-          gloo = std::make_unique<GlooGroup>(resolve_ip(o.connect), store_port, generation, rank, executors,
-                                             timeout_s, local_ip_towards(o.connect));
+          gloo = std::make_unique<GlooGroup>(store_ip, store_port, generation, rank, executors, timeout_s, gloo_ip);
         } catch (const CommunicationError&) {
           communication_failed = true;
           throw;
