@@ -10,16 +10,9 @@ constexpr const char* kKept = "__kept";
 constexpr const char* kWeight = "__weight";
 const std::string kExtra = "__extra/";
 
-// Per row: 1 when every value of every leaf of `rows` and `loss` is finite.
-at::Tensor finite_rows(const TensorTree& rows, const at::Tensor& loss) {
-  at::Tensor finite = at::isfinite(loss);
-  for (const auto& [name, t] : rows) finite = finite & at::isfinite(t.detach()).flatten(1).all(1);
-  return finite;
-}
-
 // Applies the non-finite policy to a chunk's results: stop, or zero the rows of dropped clients.
 at::Tensor screen(const RoundContext& ctx, const ClientChunk& chunk, TensorTree& rows, at::Tensor& loss) {
-  const at::Tensor finite = finite_rows(rows, loss);
+  const at::Tensor finite = at::isfinite(loss) & finite_rows(rows);
   for (int64_t i = 0; i < chunk.size; ++i) {
     if (finite[i].item<bool>()) continue;
     const std::string who = describe_client(ctx.data, chunk.client_id(i));
@@ -77,6 +70,7 @@ TensorTree train_chunk(const RoundContext& ctx, const ClientTraining& t, const C
   const ClientBatches batches(chunk, ctx.data, t.epochs, t.batch_size);
   LocalSgdOptions options = t.customize ? t.customize(chunk, params) : LocalSgdOptions{};
   options.create_graph = options.create_graph || t.create_graph;
+  options.factor_input_layer = options.factor_input_layer && ctx.factor_input_layer;
   const LocalSgdResult local = local_sgd(ctx.model, batches, params, rates, options);
   TensorTree rows = sub(params, local.params);
   at::Tensor loss = local.loss;

@@ -46,6 +46,10 @@ Schema experiment_schema() {
   s.add(string_key("execution.nonfinite", "stop",
                    "a client update with NaN or Inf: stop the run naming round and client, or drop the client",
                    {"stop", "drop"}));
+  s.add(bool_key("execution.factor_input_layer", "true",
+                 "local SGD steps the first layer of mlp and softmax_regression in factored form: a few large matrix "
+                 "products per block of steps instead of small ones every step (same maths, other rounding); false: "
+                 "plain autograd steps"));
   s.add(int_key("logging.eval_every", "10", "evaluate on the test split every K rounds (and after the last); 0: last only", 0));
   s.add(int_key("logging.progress_every", "10", "when stdout is not a terminal, print a progress line every K rounds", 1));
   s.add(bool_key("logging.per_client", "false", "log per-client metrics (round x cohort) under /clients"));
@@ -156,7 +160,8 @@ Server<TensorTree> Experiment::program(Program& p, TaskKind kind, const TensorTr
   // Each executor works on its own copy: the algorithm's updates never touch shared tensors.
   ServerState state{clone(unprefixed(input, "params/")), clone(unprefixed(input, "extra/"))};
   const NonFinite nonfinite = config_.get_string("execution.nonfinite") == "drop" ? NonFinite::drop : NonFinite::stop;
-  RoundContext ctx{p, model_, data_, p.round(), client_states_, nonfinite};
+  RoundContext ctx{p, model_, data_, p.round(), client_states_, nonfinite,
+                   config_.get_bool("execution.factor_input_layer")};
   RoundMetrics metrics = algorithm_.round(state, ctx);
   // Everything the coordinator needs travels as one server value.
   TensorTree out = join({prefixed(state.params, "params/"), prefixed(state.extra, "extra/"),

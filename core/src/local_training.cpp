@@ -1,5 +1,8 @@
 #include <fax/local_training.h>
 
+#include <algorithm>
+#include <optional>
+
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -59,67 +62,153 @@ ClientBatches::ClientBatches(const ClientChunk& chunk, const FederatedDataset& d
 
 at::Tensor ClientBatches::client_steps() const { return (mask_.sum(2) > 0).to(mask_.scalar_type()).sum(0); }
 
-Batch ClientBatches::batch(int64_t step) const {
-  const at::Tensor rows = index_[step];  // [k, B]
-  const int64_t k = rows.size(0);
-  const int64_t b = rows.size(1);
-  std::vector<int64_t> x_shape{k, b};
+Batch ClientBatches::batches(int64_t first, int64_t count) const {
+  const int64_t k = clients();
+  const int64_t rows = count * batch_size();
+  // [count, k, B] -> [k, count * B]: each client's steps back to back.
+  const at::Tensor index = index_.narrow(0, first, count).transpose(0, 1).reshape({k, rows});
+  std::vector<int64_t> x_shape{k, rows};
   x_shape.insert(x_shape.end(), x_.sizes().begin() + 1, x_.sizes().end());
-  std::vector<int64_t> y_shape{k, b};
+  std::vector<int64_t> y_shape{k, rows};
   y_shape.insert(y_shape.end(), y_.sizes().begin() + 1, y_.sizes().end());
-  const at::Tensor flat = rows.reshape({-1});
-  return {x_.index_select(0, flat).view(x_shape), y_.index_select(0, flat).view(y_shape), mask_[step]};
+  const at::Tensor flat = index.reshape({-1});
+  return {x_.index_select(0, flat).view(x_shape), y_.index_select(0, flat).view(y_shape),
+          mask_.narrow(0, first, count).transpose(0, 1).reshape({k, rows})};
 }
 
 namespace {
-// Per-client masked mean of per-example values [k, B].
-at::Tensor masked_mean(const at::Tensor& values, const at::Tensor& mask) {
-  return (values * mask).sum(1) / mask.sum(1).clamp_min(1.0);
+// One step of a chunk: each client's objective (the masked mean cross-entropy of its batch) and
+// step size, [k] each.
+struct Step {
+  at::Tensor objective;
+  at::Tensor rates;
+};
+
+// Steps the chunk's clients and keeps their running mean training loss over the examples seen.
+class StepTracker {
+ public:
+  StepTracker(const ClientBatches& batches, at::Tensor step_size)
+      : step_size_(std::move(step_size)),
+        sum_(at::zeros({batches.clients()}, batches.examples().options())),
+        seen_(at::zeros_like(sum_)) {}
+
+  Step step(const at::Tensor& logits, const Batch& batch) {
+    const at::Tensor count = batch.mask.sum(1);
+    const at::Tensor total = (per_example(cross_entropy(logits, batch.y), 2) * batch.mask).sum(1);
+    sum_ += total.detach();
+    seen_ += count;
+    // A client whose steps are over (no real example in this batch) does not move.
+    return {total / count.clamp_min(1.0), step_size_ * (count > 0).to(count.scalar_type())};
+  }
+  at::Tensor mean() const { return sum_ / seen_.clamp_min(1.0); }
+
+ private:
+  at::Tensor step_size_, sum_, seen_;
+};
+
+// Per-client `rates` [k] shaped [k, 1, ...] to scale `like` [k, ...], in its dtype (a float64 rate
+// must not promote float32 parameters).
+at::Tensor per_row(const at::Tensor& rates, const at::Tensor& like) {
+  std::vector<int64_t> shape(like.dim(), 1);
+  shape[0] = rates.size(0);
+  return rates.view(shape).to(like.scalar_type());
+}
+
+// Nothing differentiates through the steps: the leaves move in place, one fused kernel a tensor
+// and no new buffers (p - s * g rounds the same as p + (-1 * s) * g).
+void sgd_in_place(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads, const at::Tensor& rates) {
+  at::NoGradGuard no_grad;
+  for (size_t j = 0; j < params.size(); ++j) params[j].detach().addcmul_(per_row(rates, params[j]), grads[j], -1);
+}
+
+// The gradients of a step's summed per-client objectives: clients are independent, so the
+// gradient of the sum holds each client's own gradient.
+std::vector<at::Tensor> client_gradients(const at::Tensor& per_client, const std::vector<at::Tensor>& inputs,
+                                         bool create_graph) {
+  return torch::autograd::grad({per_client.sum()}, inputs, {}, true, create_graph);
+}
+
+// local_sgd with the input layer in factored form (LocalSgdOptions::factor_input_layer): blocks of
+// steps; in a block, z_s = (x_s W) + b_s - sum_{t<s in block} (x_s x_t^T) u_t, and at its end
+// W -= X^T U. The other leaves step through autograd as usual, from z.
+LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, const ClientBatches& batches,
+                                  const TensorTree& start, const at::Tensor& step_size) {
+  const int64_t k = batches.clients(), b = batches.batch_size();
+  at::Tensor w = start.at(layer.weight).detach();  // [k, d, h]
+  at::Tensor bias = start.at(layer.bias).detach().clone();
+  FAX_CHECK(w.dim() == 3 && bias.dim() == 2, "{}: the input layer {} needs a clients axis", model.describe(),
+            layer.weight);
+  const int64_t d = w.size(1), h = w.size(2);
+  // A block's Gram matrix costs about (its rows) / (2 h) of the products it saves.
+  const int64_t block = std::max<int64_t>(1, h / (2 * b));
+  TensorTree rest;
+  for (const auto& [name, t] : start)
+    if (name != layer.weight && name != layer.bias) rest.set(name, t.detach().clone().requires_grad_(true));
+  std::vector<at::Tensor> inputs = rest.tensors();
+  StepTracker tracker(batches, step_size);
+  for (int64_t first = 0; first < batches.steps(); first += block) {
+    const int64_t count = std::min(block, batches.steps() - first);
+    const Batch rows = batches.batches(first, count);
+    const at::Tensor x = rows.x.reshape({k, count * b, d});
+    // Clients that start from one broadcast W (a stride-0 clients axis) share one product.
+    const at::Tensor xw = w.stride(0) == 0 ? at::matmul(x.reshape({-1, d}), w[0]).view({k, count * b, h}) : at::bmm(x, w);
+    const at::Tensor gram = count > 1 ? at::bmm(x, x.transpose(1, 2)) : at::Tensor();
+    const at::Tensor u = at::empty({k, count * b, h}, w.options());
+    for (int64_t j = 0; j < count; ++j) {
+      const auto step_rows = [&](const at::Tensor& t) { return t.narrow(1, j * b, b); };
+      at::Tensor z = step_rows(xw) + bias.unsqueeze(1);
+      if (j > 0) z.sub_(at::bmm(step_rows(gram).narrow(2, 0, j * b), u.narrow(1, 0, j * b)));
+      z.requires_grad_(true);
+      const Step step = tracker.step(model.forward_from_input_layer(rest, z),
+                                     {step_rows(rows.x), step_rows(rows.y), step_rows(rows.mask)});
+      inputs.push_back(z);
+      const auto grads = client_gradients(step.objective, inputs, false);
+      inputs.pop_back();
+      at::NoGradGuard no_grad;
+      at::Tensor u_step = step_rows(u);
+      at::mul_out(u_step, grads.back(), per_row(step.rates, grads.back()));
+      bias.sub_(u_step.sum(1));
+      sgd_in_place(inputs, grads, step.rates);
+    }
+    at::NoGradGuard no_grad;
+    w = at::baddbmm(w, x.transpose(1, 2), u, 1, -1);
+  }
+  TensorTree params;  // in start's order
+  for (const auto& [name, t] : start)
+    params.set(name, name == layer.weight ? w : name == layer.bias ? bias : rest.at(name).detach());
+  return {params, tracker.mean()};
 }
 }  // namespace
 
 LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const TensorTree& start,
                          const at::Tensor& lr, const LocalSgdOptions& options) {
+  const int64_t k = batches.clients();
+  const at::Tensor step_size = lr.dim() == 0 ? lr : lr.view({k});
+  const std::optional<InputLayer> layer = model.input_layer();
+  if (options.factor_input_layer && !options.create_graph && !options.penalty && layer)
+    return factored_local_sgd(model, *layer, batches, start, step_size);
   // Without create_graph the steps update a copy of `start` in place; with it they stay connected
   // to `start` (and to the rate), and a start that carries no graph gets fresh leaves to differentiate.
   TensorTree params = start.map([&](const at::Tensor& t) {
     if (!options.create_graph) return t.detach().clone().requires_grad_(true);
     return t.requires_grad() ? t : t.detach().requires_grad_(true);
   });
-  const int64_t k = batches.clients();
-  const at::Tensor step_size = lr.dim() == 0 ? lr : lr.view({k});
-  at::Tensor loss_sum = at::zeros({k}, batches.examples().options());
-  at::Tensor seen = at::zeros({k}, batches.examples().options());
+  StepTracker tracker(batches, step_size);
   for (int64_t s = 0; s < batches.steps(); ++s) {
     const Batch batch = batches.batch(s);
-    const at::Tensor losses = per_example(cross_entropy(model.forward(params, batch.x), batch.y), 2);
-    at::Tensor per_client = masked_mean(losses, batch.mask);
-    loss_sum += (losses.detach() * batch.mask).sum(1);
-    seen += batch.mask.sum(1);
-    if (options.penalty) per_client = per_client + options.penalty(params);
-    // Clients are independent, so the gradient of the sum holds each client's own gradient.
-    const auto grads = torch::autograd::grad({per_client.sum()}, params.tensors(), {}, true, options.create_graph);
-    // A client whose steps are over (no real example in this batch) does not move.
-    const at::Tensor rate = step_size * (batch.mask.sum(1) > 0).to(batch.mask.scalar_type());
-    // In the parameters' dtype: a float64 rate must not promote float32 parameters.
-    auto scale_for = [&](const at::Tensor& p) {
-      std::vector<int64_t> shape(p.dim(), 1);
-      shape[0] = k;
-      return rate.view(shape).to(p.scalar_type());
-    };
-    size_t j = 0;
-    if (options.create_graph) {
-      std::vector<at::Tensor> next;
-      for (const auto& [name, p] : params) next.push_back(p - scale_for(p) * grads[j++]);
-      params = params.with_tensors(std::move(next));
-    } else {
-      // Nothing differentiates through the steps: update the leaves in place, one fused kernel a
-      // tensor and no new buffers (p - s * g rounds the same as p + (-1 * s) * g).
-      at::NoGradGuard no_grad;
-      for (const auto& [name, p] : params) p.detach().addcmul_(scale_for(p), grads[j++], -1);
+    const Step step = tracker.step(model.forward(params, batch.x), batch);
+    const at::Tensor objective = options.penalty ? step.objective + options.penalty(params) : step.objective;
+    const auto grads = client_gradients(objective, params.tensors(), options.create_graph);
+    if (!options.create_graph) {
+      sgd_in_place(params.tensors(), grads, step.rates);
+      continue;
     }
+    std::vector<at::Tensor> next;
+    size_t j = 0;
+    for (const auto& [name, p] : params) next.push_back(p - per_row(step.rates, p) * grads[j++]);
+    params = params.with_tensors(std::move(next));
   }
-  return {options.create_graph ? params : detach(params), loss_sum / seen.clamp_min(1.0)};
+  return {options.create_graph ? params : detach(params), tracker.mean()};
 }
 
 std::pair<at::Tensor, at::Tensor> evaluate_batches(const Model& model, const ClientBatches& batches,

@@ -91,11 +91,14 @@ TensorTree Mlp::init(at::Generator g) const {
 }
 
 at::Tensor Mlp::forward(const TensorTree& params, const at::Tensor& x) const {
-  at::Tensor h = flatten_input(x, input_rank_);
-  for (size_t l = 0; l + 1 < sizes_.size(); ++l) {
-    h = fax::linear(h, params.at(fmt::format("l{}.w", l)), params.at(fmt::format("l{}.b", l)));
-    if (l + 2 < sizes_.size()) h = at::relu(h);
-  }
+  return forward_from_input_layer(params,
+                                  fax::linear(flatten_input(x, input_rank_), params.at("l0.w"), params.at("l0.b")));
+}
+
+at::Tensor Mlp::forward_from_input_layer(const TensorTree& params, const at::Tensor& z) const {
+  at::Tensor h = z;
+  for (size_t l = 1; l + 1 < sizes_.size(); ++l)
+    h = fax::linear(at::relu(h), params.at(fmt::format("l{}.w", l)), params.at(fmt::format("l{}.b", l)));
   return h;
 }
 

@@ -279,6 +279,24 @@ at::Tensor row_sums(const TensorTree& a) {
   return total;
 }
 
+at::Tensor finite_rows(const TensorTree& a) {
+  FAX_CHECK(!a.empty(), "TensorTree finite_rows: the tree is empty");
+  at::Tensor finite;
+  for (const auto& [name, t] : a) {
+    // NaN and Inf carry into a row's sum, so a finite sum settles the row in one cheap pass; only
+    // rows whose sum is not (a non-finite value, or finite values that overflow) are checked value
+    // by value.
+    const at::Tensor flat = t.detach().reshape({t.size(0), -1});
+    at::Tensor rows = at::isfinite(flat.sum(1));
+    if (!rows.all().item<bool>()) {
+      const at::Tensor suspects = at::logical_not(rows).nonzero().flatten();
+      rows.index_copy_(0, suspects, at::isfinite(flat.index_select(0, suspects)).all(1));
+    }
+    finite = finite.defined() ? finite & rows : rows;
+  }
+  return finite;
+}
+
 TensorTree scale_rows(const TensorTree& a, const at::Tensor& factors) {
   return a.map([&](const at::Tensor& t) {
     std::vector<int64_t> shape(t.dim(), 1);

@@ -1,7 +1,9 @@
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <fax/in_memory.h>
 #include <fax/local_training.h>
+#include <fax/models.h>
 
 #include "helpers.h"
 
@@ -142,6 +144,60 @@ TEST_F(LocalTrainingTest, CreateGraphDifferentiatesThroughTheSteps) {
   const double analytic = objective(0.3, true).item<double>();
   EXPECT_NEAR(analytic, numeric, 1e-6 * std::max(1.0, std::abs(numeric)));
   EXPECT_GT(std::abs(numeric), 1e-4) << "a flat objective checks nothing";
+}
+
+// The factored input layer (LocalSgdOptions::factor_input_layer) against plain autograd steps: an
+// MLP wide enough for blocks of 10 steps (batch 2, 40 outputs), two epochs so client 1's 12 steps
+// span two blocks and clients 0 and 2 stop early; from a broadcast start (one shared product) and
+// from materialised rows.
+TEST_F(LocalTrainingTest, FactoredInputLayerMatchesAutogradSteps) {
+  const Mlp mlp({4}, {40}, 3);
+  const TensorTree init = mlp.init(at::make_generator<at::CPUGeneratorImpl>(3));
+  for (bool broadcast_start : {true, false}) {
+    auto trained = [&](bool factor) {
+      return on_chunk({0, 1, 2}, [&](const ClientChunk& c) {
+        const TensorTree start = broadcast_start ? init.map([&](const at::Tensor& t) {
+          std::vector<int64_t> shape{c.size};
+          shape.insert(shape.end(), t.sizes().begin(), t.sizes().end());
+          return t.unsqueeze(0).expand(shape);
+        }) : repeat_rows(init, c.size);
+        LocalSgdOptions options;
+        options.factor_input_layer = factor;
+        const LocalSgdResult r = local_sgd(mlp, ClientBatches(c, *data, 2, 2), start, at::tensor({0.3, 0.2, 0.1}), options);
+        std::vector<at::Tensor> rows;
+        for (const auto& [name, t] : r.params) rows.push_back(t.flatten(1));
+        rows.push_back(r.loss.unsqueeze(1));
+        return at::cat(rows, 1);
+      });
+    };
+    const at::Tensor factored = trained(true);
+    const at::Tensor plain = trained(false);
+    EXPECT_TRUE(at::allclose(factored, plain, 1e-5, 1e-6))
+        << "broadcast start " << broadcast_start << ": largest difference " << (factored - plain).abs().max().item<double>();
+    // Other rounding: the factored path did run.
+    EXPECT_FALSE(at::equal(factored, plain));
+    std::vector<at::Tensor> untrained;
+    for (const auto& [name, t] : repeat_rows(init, 3)) untrained.push_back(t.flatten(1));
+    EXPECT_GT((factored.narrow(1, 0, factored.size(1) - 1) - at::cat(untrained, 1)).abs().max().item<double>(), 1e-3)
+        << "the clients did not train";
+  }
+}
+
+// Only the input layer's own steps are factored: with create_graph (or a penalty) local SGD steps
+// every leaf through autograd, bit for bit as with the option off.
+TEST_F(LocalTrainingTest, FactoringStepsAsideForGraphsAndPenalties) {
+  const Mlp mlp({4}, {40}, 3);
+  const TensorTree start = repeat_rows(mlp.init(at::make_generator<at::CPUGeneratorImpl>(3)), 1);
+  auto weights = [&](bool factor, bool penalty) {
+    return on_chunk({1}, [&](const ClientChunk& c) {
+      LocalSgdOptions options;
+      options.factor_input_layer = factor;
+      if (penalty) options.penalty = [](const TensorTree& p) { return p.at("l1.b").pow(2).sum(1); };
+      return local_sgd(mlp, ClientBatches(c, *data, 1, 2), start, at::scalar_tensor(0.3), options).params.at("l0.w");
+    });
+  };
+  EXPECT_TRUE(at::equal(weights(true, true), weights(false, true)));
+  EXPECT_FALSE(at::equal(weights(true, false), weights(false, false)));
 }
 
 }  // namespace

@@ -123,5 +123,17 @@ TEST_F(TensorTreeTest, BitwiseEqualSeesOneUlp) {
   EXPECT_FALSE(bitwise_equal(at::zeros({2}), at::zeros({2}, at::kDouble)));
 }
 
+TEST_F(TensorTreeTest, FiniteRowsSeesEveryNonFiniteValueAndNoOverflow) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float big = std::numeric_limits<float>::max();
+  // Rows: finite; NaN; +Inf; Inf and -Inf (their sum is NaN); finite values whose sum overflows;
+  // finite in "w" but not in "b".
+  const at::Tensor w = at::tensor({1.0f, 2.0f, nan, 0.0f, inf, 0.0f, inf, -inf, big, big, 1.0f, 1.0f}).view({6, 2});
+  const at::Tensor b = at::tensor({0.0f, 0.0f, 0.0f, 0.0f, 0.0f, -inf}).view({6, 1});
+  const at::Tensor finite = finite_rows(TensorTree{{"w", w}, {"b", b}});
+  EXPECT_TRUE(at::equal(finite, at::tensor({1, 0, 0, 0, 1, 0}).to(at::kBool))) << finite;
+}
+
 }  // namespace
 }  // namespace fax

@@ -33,6 +33,8 @@ struct RoundContext {
   /// State kept per client across rounds (read and write only this executor's clients).
   ClientStates& client_states;
   NonFinite nonfinite = NonFinite::stop;
+  /// Local SGD steps a model's input layer in factored form (LocalSgdOptions::factor_input_layer).
+  bool factor_input_layer = true;
   /// The cohort weights of this executor's clients: their training example counts.
   Clients<at::Tensor> example_counts() const { return program.weights(); }
 };

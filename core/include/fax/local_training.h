@@ -31,7 +31,10 @@ class ClientBatches {
 
   int64_t steps() const { return index_.size(0); }
   int64_t clients() const { return index_.size(1); }
-  Batch batch(int64_t step) const;
+  int64_t batch_size() const { return index_.size(2); }
+  Batch batch(int64_t step) const { return batches(step, 1); }
+  /// Steps first .. first + count - 1 back to back: x [k, count * B, ...], y and mask [k, count * B].
+  Batch batches(int64_t first, int64_t count) const;
   /// Examples per client, [k] float.
   const at::Tensor& examples() const { return examples_; }
   /// Steps in which each client has at least one real example, [k] float (SCAFFOLD's K_i).
@@ -50,6 +53,13 @@ struct LocalSgdOptions {
   bool create_graph = false;
   /// Optional extra per-client loss on the current parameters ([k]), e.g. FedProx's proximal term.
   std::function<at::Tensor(const TensorTree&)> penalty;
+  /// When the model has an input layer z = x W + b (Model::input_layer) and neither of the above
+  /// is set, step that layer in factored form. Over one client's steps W_s = W_0 - sum_{t<s} x_t^T
+  /// u_t with u_t = lr dL_t/dz_t, so x_s W_s = x_s W_0 - sum_{t<s} (x_s x_t^T) u_t: for a block of
+  /// steps whose rows number about half the layer's outputs, W enters one product up front and one
+  /// at the end, plus the rows' Gram matrix, instead of three small products and an update every
+  /// step that each stream all of W through memory. Same maths; the rounding differs.
+  bool factor_input_layer = true;
 };
 
 struct LocalSgdResult {

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,12 @@
 #include <fax/tensor_tree.h>
 
 namespace fax {
+
+/// The leaves of a model's input layer z = x W + b.
+struct InputLayer {
+  std::string weight;  ///< [features, outputs], or [k, features, outputs] batched over clients
+  std::string bias;    ///< [outputs], or [k, outputs]
+};
 
 /// A model as a pure function of a parameter tree. Every model runs batched over clients: when
 /// the leaves of `params` have a leading clients axis of size k, inputs have shape [k, batch, ...]
@@ -26,6 +33,12 @@ class Model {
   virtual at::Tensor forward(const TensorTree& params, const at::Tensor& x) const = 0;
   /// Multiply-adds times two of one example's forward pass, for FLOP counts.
   virtual int64_t forward_flops() const = 0;
+  /// The model's first layer when it is affine in the flattened input, z = x W + b (W [features,
+  /// outputs]); local SGD then computes that layer's steps in factored form (local_training.h).
+  virtual std::optional<InputLayer> input_layer() const { return std::nullopt; }
+  /// The rest of the forward pass from the input layer's output z [..., outputs]. `params` need
+  /// not hold the input layer's leaves. Only called when input_layer() names one.
+  virtual at::Tensor forward_from_input_layer(const TensorTree& params, const at::Tensor& z) const;
 };
 
 /// Cross-entropy of logits [..., classes] against int64 labels [...], per label.

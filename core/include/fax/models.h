@@ -16,6 +16,8 @@ class SoftmaxRegression final : public Model {
   TensorTree init(at::Generator generator) const override;
   at::Tensor forward(const TensorTree& params, const at::Tensor& x) const override;
   int64_t forward_flops() const override { return 2 * inputs_ * classes_; }
+  std::optional<InputLayer> input_layer() const override { return InputLayer{"w", "b"}; }
+  at::Tensor forward_from_input_layer(const TensorTree&, const at::Tensor& z) const override { return z; }
 
  private:
   int64_t inputs_;
@@ -31,6 +33,8 @@ class Mlp final : public Model {
   TensorTree init(at::Generator generator) const override;
   at::Tensor forward(const TensorTree& params, const at::Tensor& x) const override;
   int64_t forward_flops() const override;
+  std::optional<InputLayer> input_layer() const override { return InputLayer{"l0.w", "l0.b"}; }
+  at::Tensor forward_from_input_layer(const TensorTree& params, const at::Tensor& z) const override;
 
  private:
   int64_t input_rank_;

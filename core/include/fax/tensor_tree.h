@@ -102,6 +102,8 @@ int64_t leading_size(const TensorTree& a);
 
 /// Per row of the leading (clients) axis, the sum of every element of every leaf: [rows].
 at::Tensor row_sums(const TensorTree& a);
+/// Per row of the leading (clients) axis: true when every value of every leaf is finite ([rows] bool).
+at::Tensor finite_rows(const TensorTree& a);
 /// Each row of every leaf multiplied by its factor (factors: [rows]).
 TensorTree scale_rows(const TensorTree& a, const at::Tensor& factors);
 
