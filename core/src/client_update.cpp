@@ -1,14 +1,21 @@
 #include <fax/client_update.h>
 
+#include <optional>
+#include <string>
+
 #include <ATen/ATen.h>
 
 namespace fax {
 namespace {
-// The loss, the kept flag and the extras ride along with the deltas in one clients value.
+// The loss, the kept flag and the extras ride along with the deltas in one clients value, under
+// reserved names: all begin with "__".
 constexpr const char* kLoss = "__loss";
 constexpr const char* kKept = "__kept";
 constexpr const char* kWeight = "__weight";
 const std::string kExtra = "__extra/";
+// The input layer's factors (LocalSgdOptions::defer_input_layer), screened like the deltas.
+const std::string kFactorX = "__factors/x";
+const std::string kFactorU = "__factors/u";
 
 // Applies the non-finite policy to a chunk's results: stop, or zero the rows of dropped clients.
 at::Tensor screen(const RoundContext& ctx, const ClientChunk& chunk, TensorTree& rows, at::Tensor& loss) {
@@ -64,15 +71,23 @@ std::string describe_client(const FederatedDataset& data, int64_t client) {
 namespace {
 
 // One chunk of the client half: local SGD from `params`, the deltas, then the non-finite screen;
-// the loss, the kept flag and the extras ride along as reserved leaves.
+// the loss, the kept flag, the extras and, with `defer`, the input layer's factors (instead of its
+// delta) ride along as reserved leaves.
 TensorTree train_chunk(const RoundContext& ctx, const ClientTraining& t, const ClientChunk& chunk,
-                       const TensorTree& params, const at::Tensor& rates) {
+                       const TensorTree& params, const at::Tensor& rates, bool defer) {
   const ClientBatches batches(chunk, ctx.data, t.epochs, t.batch_size);
   LocalSgdOptions options = t.customize ? t.customize(chunk, params) : LocalSgdOptions{};
   options.create_graph = options.create_graph || t.create_graph;
   options.factor_input_layer = options.factor_input_layer && ctx.factor_input_layer;
+  options.defer_input_layer = defer;
   const LocalSgdResult local = local_sgd(ctx.model, batches, params, rates, options);
-  TensorTree rows = sub(params, local.params);
+  TensorTree rows;
+  for (const auto& [name, p] : params)
+    if (local.params.contains(name)) rows.set(name, p - local.params.at(name));
+  if (local.input_factors) {
+    rows.set(kFactorX, local.input_factors->x);
+    rows.set(kFactorU, local.input_factors->u);
+  }
   at::Tensor loss = local.loss;
   const at::Tensor kept = screen(ctx, chunk, rows, loss);
   rows.set(kLoss, loss);
@@ -84,11 +99,26 @@ TensorTree train_chunk(const RoundContext& ctx, const ClientTraining& t, const C
   return rows;
 }
 
-TensorTree deltas_of(const TensorTree& rows) {
+// The model leaves of `rows` (no reserved leaf), but `skip`.
+TensorTree deltas_of(const TensorTree& rows, const std::string& skip = "") {
   TensorTree deltas;
   for (const auto& [name, t] : rows)
-    if (name != kLoss && name != kKept && name.rfind(kExtra, 0) != 0) deltas.set(name, t);
+    if (name.rfind("__", 0) != 0 && name != skip) deltas.set(name, t);
   return deltas;
+}
+
+// A chunk's sum over clients of the input layer's weighted deltas w_i (W_0 - W_i): from the
+// factors, sum_i w_i X_i^T U_i = X^T (w U) over all the chunk's rows, one product; else the
+// weighted rows added in order.
+at::Tensor input_layer_sum(const TensorTree& trained, const std::string& weight, const at::Tensor& weights) {
+  if (!trained.contains(kFactorX)) {
+    const TensorTree scaled = scale_rows(TensorTree{{weight, trained.at(weight)}}, weights);
+    return detail::add_rows({}, scaled).at(weight);
+  }
+  const at::Tensor& x = trained.at(kFactorX);
+  const at::Tensor& u = trained.at(kFactorU);
+  const at::Tensor weighted_u = u * weights.view({-1, 1, 1}).to(u.scalar_type());
+  return at::mm(x.reshape({-1, x.size(2)}).t(), weighted_u.reshape({-1, u.size(2)}));
 }
 
 }  // namespace
@@ -96,7 +126,7 @@ TensorTree deltas_of(const TensorTree& rows) {
 ClientUpdates train_clients(const RoundContext& ctx, const Clients<TensorTree>& start, const ClientTraining& t) {
   const auto lr = broadcast(t.lr);
   const auto out = map_clients([&](const ClientChunk& chunk, const TensorTree& params, const at::Tensor& rates) {
-    return train_chunk(ctx, t, chunk, params, rates);
+    return train_chunk(ctx, t, chunk, params, rates, false);
   }, start, lr);
   const TensorTree& all = out.value();
   const at::Tensor& kept = all.at(kKept);
@@ -110,14 +140,18 @@ RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params
   const auto start = broadcast(Server<TensorTree>(params));
   const auto lr = broadcast(training.lr);
   // Streamed: each chunk's weighted deltas join the running sum, so memory follows the chunk size.
-  // The products and the sums are weighted_mean's, so the bits are too.
+  // A model's input layer weight is summed per chunk (from local SGD's factors when it has them),
+  // every other leaf row by row with weighted_mean's products and adds.
+  const std::optional<InputLayer> input = ctx.model.input_layer();
+  const std::string input_weight = input ? input->weight : "";
   const MappedSum out = map_sum_clients(
       [&](const ClientChunk& chunk, const TensorTree& rows, const at::Tensor& rates, const at::Tensor& counts) {
-        const TensorTree trained = train_chunk(ctx, training, chunk, rows, rates);
+        const TensorTree trained = train_chunk(ctx, training, chunk, rows, rates, input.has_value());
         const at::Tensor& kept = trained.at(kKept);
         const at::Tensor weights = counts.to(kept.scalar_type()) * kept;
         ChunkRows result;
-        result.sum = scale_rows(deltas_of(trained), weights);
+        result.sum = scale_rows(deltas_of(trained, input_weight), weights);
+        if (input) result.summed.set(input_weight, input_layer_sum(trained, input_weight, weights));
         result.sum.set(kWeight, weights);
         result.keep.set(kLoss, trained.at(kLoss));
         result.keep.set(kKept, kept);
@@ -129,9 +163,8 @@ RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params
   const at::Tensor total = sums.at(kWeight);
   // Every executor sees the same total, so they all stop together.
   FAX_CHECK(total.item<double>() > 0, "round {}: every client's update was not finite", ctx.round + 1);
-  TensorTree mean;
-  for (const auto& [name, sum] : sums)
-    if (name != kWeight) mean.set(name, sum / total);
+  TensorTree mean;  // in the model's order
+  for (const auto& [name, p] : params) mean.set(name, sums.at(name) / total);
   const TensorTree& keep = out.keep.value();
   return {Clients<at::Tensor>(keep.at(kLoss)), Clients<at::Tensor>(keep.at(kWeight)), Clients<at::Tensor>(keep.at(kKept)),
           std::move(mean)};

@@ -132,7 +132,7 @@ std::vector<at::Tensor> client_gradients(const at::Tensor& per_client, const std
 // steps; in a block, z_s = (x_s W) + b_s - sum_{t<s in block} (x_s x_t^T) u_t, and at its end
 // W -= X^T U. The other leaves step through autograd as usual, from z.
 LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, const ClientBatches& batches,
-                                  const TensorTree& start, const at::Tensor& step_size) {
+                                  const TensorTree& start, const at::Tensor& step_size, bool defer) {
   const int64_t k = batches.clients(), b = batches.batch_size();
   at::Tensor w = start.at(layer.weight).detach();  // [k, d, h]
   at::Tensor bias = start.at(layer.bias).detach().clone();
@@ -146,6 +146,7 @@ LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, c
     if (name != layer.weight && name != layer.bias) rest.set(name, t.detach().clone().requires_grad_(true));
   std::vector<at::Tensor> inputs = rest.tensors();
   StepTracker tracker(batches, step_size);
+  std::optional<InputLayerFactors> factors;
   for (int64_t first = 0; first < batches.steps(); first += block) {
     const int64_t count = std::min(block, batches.steps() - first);
     const Batch rows = batches.batches(first, count);
@@ -170,13 +171,22 @@ LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, c
       bias.sub_(u_step.sum(1));
       sgd_in_place(inputs, grads, step.rates);
     }
+    if (defer && count == batches.steps()) {
+      factors = InputLayerFactors{layer.weight, x, u};
+      break;
+    }
     at::NoGradGuard no_grad;
     w = at::baddbmm(w, x.transpose(1, 2), u, 1, -1);
   }
   TensorTree params;  // in start's order
-  for (const auto& [name, t] : start)
-    params.set(name, name == layer.weight ? w : name == layer.bias ? bias : rest.at(name).detach());
-  return {params, tracker.mean()};
+  for (const auto& [name, t] : start) {
+    if (name == layer.weight) {
+      if (!factors) params.set(name, w);
+    } else {
+      params.set(name, name == layer.bias ? bias : rest.at(name).detach());
+    }
+  }
+  return {params, tracker.mean(), factors};
 }
 }  // namespace
 
@@ -186,7 +196,7 @@ LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const
   const at::Tensor step_size = lr.dim() == 0 ? lr : lr.view({k});
   const std::optional<InputLayer> layer = model.input_layer();
   if (options.factor_input_layer && !options.create_graph && !options.penalty && layer)
-    return factored_local_sgd(model, *layer, batches, start, step_size);
+    return factored_local_sgd(model, *layer, batches, start, step_size, options.defer_input_layer);
   // Without create_graph the steps update a copy of `start` in place; with it they stay connected
   // to `start` (and to the rate), and a start that carries no graph gets fresh leaves to differentiate.
   TensorTree params = start.map([&](const at::Tensor& t) {
@@ -208,7 +218,7 @@ LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const
     for (const auto& [name, p] : params) next.push_back(p - per_row(step.rates, p) * grads[j++]);
     params = params.with_tensors(std::move(next));
   }
-  return {options.create_graph ? params : detach(params), tracker.mean()};
+  return {options.create_graph ? params : detach(params), tracker.mean(), std::nullopt};
 }
 
 std::pair<at::Tensor, at::Tensor> evaluate_batches(const Model& model, const ClientBatches& batches,

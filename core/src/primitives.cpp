@@ -186,6 +186,10 @@ TensorTree add_rows(TensorTree acc, const TensorTree& rows) {
   return acc;
 }
 
+TensorTree add_sums(TensorTree acc, const TensorTree& sums) {
+  return add_rows(std::move(acc), sums.map([](const at::Tensor& t) { return t.unsqueeze(0); }));
+}
+
 TensorTree sum_shard_partials(const std::vector<TensorTree>& partials) {
   FAX_CHECK(!partials.empty(), "map_sum_clients: this executor holds no clients");
   std::vector<at::Tensor> flat;

@@ -183,6 +183,37 @@ TEST_F(LocalTrainingTest, FactoredInputLayerMatchesAutogradSteps) {
   }
 }
 
+// Deferred: when every step fits in one block (here 6 steps of B = 2, blocks of 10), the input
+// weight stays as factors, start - x^T u per client, the other leaves as usual; with more steps
+// than a block (two epochs: 12) the weights are formed.
+TEST_F(LocalTrainingTest, DeferredInputLayerLeavesFactorsThatGiveTheWeights) {
+  const Mlp mlp({4}, {40}, 3);
+  const TensorTree start = repeat_rows(mlp.init(at::make_generator<at::CPUGeneratorImpl>(3)), 3);
+  auto train = [&](int64_t epochs, bool defer) {
+    LocalSgdResult result;
+    on_chunk({0, 1, 2}, [&](const ClientChunk& c) {
+      LocalSgdOptions options;
+      options.defer_input_layer = defer;
+      result = local_sgd(mlp, ClientBatches(c, *data, epochs, 2), start, at::scalar_tensor(0.3), options);
+      return at::zeros({1});
+    });
+    return result;
+  };
+  const LocalSgdResult deferred = train(1, true);
+  const LocalSgdResult formed = train(1, false);
+  ASSERT_TRUE(deferred.input_factors.has_value());
+  EXPECT_FALSE(formed.input_factors.has_value());
+  EXPECT_FALSE(deferred.params.contains("l0.w"));
+  const at::Tensor w = start.at("l0.w") - at::bmm(deferred.input_factors->x.transpose(1, 2), deferred.input_factors->u);
+  EXPECT_TRUE(at::allclose(w, formed.params.at("l0.w"), 1e-6, 1e-7));
+  EXPECT_FALSE(at::allclose(w, start.at("l0.w"))) << "the input layer did not train";
+  for (const auto& [name, t] : deferred.params) EXPECT_TRUE(at::equal(t, formed.params.at(name))) << name;
+  EXPECT_TRUE(at::equal(deferred.loss, formed.loss));
+  const LocalSgdResult two_blocks = train(2, true);
+  EXPECT_FALSE(two_blocks.input_factors.has_value());
+  EXPECT_TRUE(two_blocks.params.contains("l0.w"));
+}
+
 // Only the input layer's own steps are factored: with create_graph (or a penalty) local SGD steps
 // every leaf through autograd, bit for bit as with the option off.
 TEST_F(LocalTrainingTest, FactoringStepsAsideForGraphsAndPenalties) {

@@ -1,9 +1,11 @@
 // The algorithm plugins, loaded from their shared libraries as fax-run loads them, each checked
 // against a hand-written round in plain LibTorch on a tiny problem.
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <fax/in_memory.h>
+#include <fax/models.h>
 #include <fax/plugin_loader.h>
 
 #include "../core/helpers.h"
@@ -39,7 +41,7 @@ class AlgorithmsTest : public test::SeededTest {
     for (int r = 0; r < rounds; ++r) {
       const auto out = mesh.run(cohort, [&](Program& p) {
         ServerState s{clone(state.params), clone(state.extra)};
-        RoundContext ctx{p, *model, *data, r, states};
+        RoundContext ctx{p, *model, *data, r, states, nonfinite, factor_input_layer};
         const RoundMetrics m = algorithm->round(s, ctx);
         return Server<TensorTree>(join({prefixed(s.params, "params/"), prefixed(s.extra, "extra/"),
                                         prefixed(detach(m.server), "metrics/")}));
@@ -95,6 +97,8 @@ class AlgorithmsTest : public test::SeededTest {
   std::unique_ptr<InMemoryDataset> data;
   TensorTree initial;
   std::unique_ptr<Model> model = std::make_unique<SoftmaxRegression>(3, 2);
+  NonFinite nonfinite = NonFinite::stop;
+  bool factor_input_layer = true;
 };
 
 // FedAvgM with full-batch local steps (no shuffling involved): E = 2 steps per client, deltas
@@ -301,6 +305,41 @@ TEST_F(AlgorithmsTest, ExamplePluginAveragesClientModels) {
     w_sum += cw.detach() - 0.2 * g[0];
   }
   EXPECT_TRUE(at::allclose(fax_state.params.at("w"), w_sum / 3.0, 1e-10, 1e-12));
+}
+
+// FedAvg on an MLP whose input layer steps in factored form (blocks of 4 steps, every client in
+// one block) and whose weighted sum comes from the factors, X^T (w U), against autograd steps and
+// per-client deltas; then with a client whose data holds a NaN, dropped on both paths.
+TEST_F(AlgorithmsTest, FedAvgFactoredInputLayerMatchesAutogradSteps) {
+  model = std::make_unique<Mlp>(std::vector<int64_t>{3}, std::vector<int64_t>{16}, 2);
+  initial = model->init(at::make_generator<at::CPUGeneratorImpl>(1)).map([](const at::Tensor& t) {
+    return t.to(at::kDouble);
+  });
+  auto run = [&](bool factor) {
+    factor_input_layer = factor;
+    TensorTree metrics;
+    const ServerState state = run_plugin("fedavg", {"client_lr=0.3", "batch_size=2"}, 2, &metrics);
+    return std::pair{state.params, metrics.at("train/dropped_clients").item<double>()};
+  };
+  const auto [factored, factored_dropped] = run(true);
+  const auto [plain, plain_dropped] = run(false);
+  for (const auto& [name, t] : plain) {
+    EXPECT_TRUE(at::allclose(factored.at(name), t, 1e-10, 1e-12)) << name;
+    EXPECT_GT((t - initial.at(name)).abs().max().item<double>(), 1e-3) << name << " did not move";
+  }
+  EXPECT_EQ(factored_dropped, 0);
+
+  clients[1].x[2][0] = std::numeric_limits<double>::quiet_NaN();
+  data = std::make_unique<InMemoryDataset>(clients, clients[0], 2);
+  nonfinite = NonFinite::drop;
+  const auto [factored_nan, factored_nan_dropped] = run(true);
+  const auto [plain_nan, plain_nan_dropped] = run(false);
+  EXPECT_EQ(factored_nan_dropped, 1);  // in the last round
+  EXPECT_EQ(plain_nan_dropped, 1);
+  for (const auto& [name, t] : plain_nan) {
+    EXPECT_TRUE(at::isfinite(factored_nan.at(name)).all().item<bool>()) << name;
+    EXPECT_TRUE(at::allclose(factored_nan.at(name), t, 1e-10, 1e-12)) << name;
+  }
 }
 
 TEST_F(AlgorithmsTest, PluginsDeclareDocumentedKeys) {

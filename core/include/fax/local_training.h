@@ -2,6 +2,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <string>
 
 #include <ATen/core/Tensor.h>
 
@@ -60,11 +62,23 @@ struct LocalSgdOptions {
   /// at the end, plus the rows' Gram matrix, instead of three small products and an update every
   /// step that each stream all of W through memory. Same maths; the rounding differs.
   bool factor_input_layer = true;
+  /// With the input layer factored and every step in one block: leave its trained weights as
+  /// factors (LocalSgdResult::input_factors) instead of forming W_0 - X^T U for every client, for
+  /// callers that only need a weighted sum over clients, sum_i w_i X_i^T U_i: one product.
+  bool defer_input_layer = false;
+};
+
+/// The input layer's update in factored form: client i moved its weight by -x[i]^T u[i].
+struct InputLayerFactors {
+  std::string weight;  ///< the leaf
+  at::Tensor x;        ///< [k, rows, features]: the client's rows, step after step
+  at::Tensor u;        ///< [k, rows, outputs]: the step size times dL/dz of each row
 };
 
 struct LocalSgdResult {
-  TensorTree params;  ///< [k, ...] after the last step
+  TensorTree params;  ///< [k, ...] after the last step (without input_factors->weight when set)
   at::Tensor loss;    ///< [k] mean training loss over the examples seen
+  std::optional<InputLayerFactors> input_factors;
 };
 
 /// Mini-batch SGD on a chunk of clients at once: params [k, ...], learning rate `lr` (0-dim or

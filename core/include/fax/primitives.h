@@ -124,6 +124,8 @@ namespace detail {
 /// Adds `rows`' rows, in order, to `acc` (undefined: starts from the first row), with the same
 /// elementwise adds as sum's per-shard reduction; out of place when a gradient must flow.
 TensorTree add_rows(TensorTree acc, const TensorTree& rows);
+/// Adds each leaf of `sums` (no clients axis) to `acc` like one more row.
+TensorTree add_sums(TensorTree acc, const TensorTree& sums);
 /// The server sum of per-shard partial sums (this executor's shards, in order): the allreduce of
 /// sum, differentiable (the gradient of each partial is the server gradient).
 TensorTree sum_shard_partials(const std::vector<TensorTree>& partials);
@@ -134,6 +136,9 @@ TensorTree sum_shard_partials(const std::vector<TensorTree>& partials);
 struct ChunkRows {
   TensorTree keep;
   TensorTree sum;
+  /// Leaves the function sums over the chunk's clients itself (no clients axis), e.g. with one
+  /// matrix product: added to the shard's running sum as they are. The same leaves from every chunk.
+  TensorTree summed;
 };
 
 /// The result of map_sum_clients: the kept rows, a clients value, and the sum over the cohort.
@@ -162,7 +167,7 @@ MappedSum map_sum_clients(const MapOptions& options, F&& fn, const Clients<T>&..
       partials.emplace_back();
       shard = c.shard;
     }
-    partials.back() = detail::add_rows(std::move(partials.back()), out.sum);
+    partials.back() = detail::add_sums(detail::add_rows(std::move(partials.back()), out.sum), out.summed);
     keep.push_back(std::move(out.keep));
   }
   return {Clients<TensorTree>(detail::rows_concat(keep)), Server<TensorTree>(detail::sum_shard_partials(partials))};
