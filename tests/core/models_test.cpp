@@ -78,6 +78,48 @@ TEST_F(ModelsTest, GroupedConvolutionEqualsPerClientConvolution) {
   for (int64_t i = 0; i < 3; ++i) EXPECT_TRUE(at::allclose(out[i], at::conv2d(x[i], w[i], b[i], 1, 1), 1e-5, 1e-5));
 }
 
+// fax::max_pool2 runs its own kernel; it must pick max_pool2d's corner everywhere (ties, NaN,
+// -inf, odd sizes, a grouped convolution's transposed layout), so values, gradients and second
+// derivatives carry max_pool2d's bits.
+TEST_F(ModelsTest, MaxPoolMatchesLibTorchBitwise) {
+  // Same NaNs, and the same bits elsewhere (so -0 and +0 differ).
+  const auto same = [](const at::Tensor& a, const at::Tensor& b) {
+    const auto bits = [](const at::Tensor& t) {
+      return t.nan_to_num(0).contiguous().view(t.scalar_type() == at::kFloat ? at::kInt : at::kLong);
+    };
+    return a.sizes() == b.sizes() && at::equal(a.isnan(), b.isnan()) && at::equal(bits(a), bits(b));
+  };
+  for (const auto dtype : {at::kFloat, at::kDouble}) {
+    // [b, k, c, h, w] memory viewed as [k, b, c, h, w]; relu's zeros and rounding make ties.
+    at::Tensor base = at::relu(at::randn({2, 3, 4, 7, 9}, dtype)).mul(4).round();
+    base[0][0][0][0][0] = NAN;  // NaN first in its window
+    base[0][0][0][1][1] = NAN;  // two NaNs: the later wins
+    base[0][0][0][0][1] = NAN;
+    base[1][2][3][2].fill_(-INFINITY);  // windows of -inf only
+    base[1][2][3][3].fill_(-INFINITY);
+    base[1][1][1][5][3] = -0.0;
+    const at::Tensor x = base.transpose(0, 1).requires_grad_(true);
+    const at::Tensor ours = fax::max_pool2(x);
+    const at::Tensor theirs = at::max_pool2d(x.reshape({-1, 4, 7, 9}), {2, 2}, {2, 2}).view({3, 2, 4, 3, 4});
+    ASSERT_TRUE(same(ours, theirs)) << dtype;
+    EXPECT_GT(ours.isnan().sum().item<int64_t>(), 0);
+    const at::Tensor up = at::randn(ours.sizes(), dtype).requires_grad_(true);
+    up.detach()[0][0][0][0][0] = -0.0;
+    const auto grad = [&](const at::Tensor& y) {
+      return torch::autograd::grad({(y * up).sum()}, {x}, {}, /*retain_graph=*/true, /*create_graph=*/true)[0];
+    };
+    const at::Tensor g_ours = grad(ours), g_theirs = grad(theirs);
+    EXPECT_TRUE(same(g_ours, g_theirs)) << dtype;
+    EXPECT_GT((g_ours == 0).sum().item<int64_t>(), 3 * g_ours.numel() / 4 - 1);
+    const at::Tensor v = at::randn(x.sizes(), dtype);
+    const auto second = [&](const at::Tensor& g) { return torch::autograd::grad({(g * v).sum()}, {up})[0]; };
+    EXPECT_TRUE(same(second(g_ours), second(g_theirs))) << dtype;
+  }
+  // Other dtypes go to max_pool2d itself.
+  const at::Tensor half = at::randn({2, 3, 4, 6}).to(at::kBFloat16);
+  EXPECT_TRUE(at::equal(fax::max_pool2(half), at::max_pool2d(half, {2, 2}, {2, 2})));
+}
+
 TEST_F(ModelsTest, EmbeddingAndLayerNormPerClient) {
   const at::Tensor table = at::randn({3, 7, 4});
   const at::Tensor ids = at::randint(0, 7, {3, 2, 5}, at::kLong);
