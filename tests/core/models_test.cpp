@@ -115,6 +115,14 @@ TEST_F(ModelsTest, MaxPoolMatchesLibTorchBitwise) {
     const auto second = [&](const at::Tensor& g) { return torch::autograd::grad({(g * v).sum()}, {up})[0]; };
     EXPECT_TRUE(same(second(g_ours), second(g_theirs))) << dtype;
   }
+  // The CNN applies ReLU after the pooling: the same values and gradients as before it (the sign
+  // of a zero aside: relu(max(-0, -1)) is -0, max(relu(-0), relu(-1)) may be +0; `+ 0` makes -0 +0).
+  const at::Tensor z = (at::randn({2, 3, 4, 8, 8}).mul(4).round() + 0.0).requires_grad_(true);
+  const at::Tensor relu_first = at::max_pool2d(at::relu(z).reshape({-1, 4, 8, 8}), {2, 2}, {2, 2}).view({2, 3, 4, 4, 4});
+  const at::Tensor relu_after = at::relu(fax::max_pool2(z));
+  ASSERT_TRUE(same(relu_first, relu_after));
+  const at::Tensor up = at::randn(relu_after.sizes());
+  EXPECT_TRUE(same(torch::autograd::grad({relu_first}, {z}, {up})[0], torch::autograd::grad({relu_after}, {z}, {up})[0]));
   // Other dtypes go to max_pool2d itself.
   const at::Tensor half = at::randn({2, 3, 4, 6}).to(at::kBFloat16);
   EXPECT_TRUE(at::equal(fax::max_pool2(half), at::max_pool2d(half, {2, 2}, {2, 2})));
