@@ -47,9 +47,9 @@ Schema experiment_schema() {
                    "a client update with NaN or Inf: stop the run naming round and client, or drop the client",
                    {"stop", "drop"}));
   s.add(bool_key("execution.factor_input_layer", "true",
-                 "local SGD steps the first layer of mlp and softmax_regression in factored form: a few large matrix "
-                 "products per block of steps instead of small ones every step (same maths, other rounding); false: "
-                 "plain autograd steps"));
+                 "local SGD steps the first dense layer of mlp, softmax_regression and cnn in factored form: large "
+                 "shared matrix products instead of small per-client ones and no per-client weight updates (same "
+                 "maths, other rounding); false: plain autograd steps"));
   s.add(int_key("logging.eval_every", "10", "evaluate on the test split every K rounds (and after the last); 0: last only", 0));
   s.add(int_key("logging.progress_every", "10", "when stdout is not a terminal, print a progress line every K rounds", 1));
   s.add(bool_key("logging.per_client", "false", "log per-client metrics (round x cohort) under /clients"));

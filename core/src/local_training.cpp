@@ -129,8 +129,8 @@ std::vector<at::Tensor> client_gradients(const at::Tensor& per_client, const std
 }
 
 // local_sgd with the input layer in factored form (LocalSgdOptions::factor_input_layer): blocks of
-// steps; in a block, z_s = (x_s W) + b_s - sum_{t<s in block} (x_s x_t^T) u_t, and at its end
-// W -= X^T U. The other leaves step through autograd as usual, from z.
+// steps; in a block, z_s = (x_s W) + b_s - sum_{t<s in block} (x_s x_t^T) u_t with x = f(input),
+// and at its end W -= X^T U. The other leaves (f's too) step through autograd as usual, from z.
 LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, const ClientBatches& batches,
                                   const TensorTree& start, const at::Tensor& step_size, bool defer) {
   const int64_t k = batches.clients(), b = batches.batch_size();
@@ -147,19 +147,36 @@ LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, c
   std::vector<at::Tensor> inputs = rest.tensors();
   StepTracker tracker(batches, step_size);
   std::optional<InputLayerFactors> factors;
+  // f W for rows f [k, n, d]; clients that start from one broadcast W (a stride-0 clients axis)
+  // share one product.
+  const auto times_w = [&](const at::Tensor& f) {
+    return w.stride(0) == 0 ? at::matmul(f.reshape({-1, d}), w[0]).view({k, f.size(1), h}) : at::bmm(f, w);
+  };
   for (int64_t first = 0; first < batches.steps(); first += block) {
     const int64_t count = std::min(block, batches.steps() - first);
     const Batch rows = batches.batches(first, count);
-    const at::Tensor x = rows.x.reshape({k, count * b, d});
-    // Clients that start from one broadcast W (a stride-0 clients axis) share one product.
-    const at::Tensor xw = w.stride(0) == 0 ? at::matmul(x.reshape({-1, d}), w[0]).view({k, count * b, h}) : at::bmm(x, w);
-    const at::Tensor gram = count > 1 ? at::bmm(x, x.transpose(1, 2)) : at::Tensor();
+    // The block's features f(x): known up front when f only flattens (then so are their products
+    // with W and their Gram matrix), else filled in step by step.
+    const at::Tensor x = layer.learned_features ? at::empty({k, count * b, d}, w.options())
+                                                : model.input_features(rest, rows.x);
+    const at::Tensor xw = layer.learned_features ? at::Tensor() : times_w(x);
+    const at::Tensor gram = layer.learned_features || count == 1 ? at::Tensor() : at::bmm(x, x.transpose(1, 2));
     const at::Tensor u = at::empty({k, count * b, h}, w.options());
     for (int64_t j = 0; j < count; ++j) {
       const auto step_rows = [&](const at::Tensor& t) { return t.narrow(1, j * b, b); };
-      at::Tensor z = step_rows(xw) + bias.unsqueeze(1);
-      if (j > 0) z.sub_(at::bmm(step_rows(gram).narrow(2, 0, j * b), u.narrow(1, 0, j * b)));
-      z.requires_grad_(true);
+      const auto earlier = [&](const at::Tensor& t) { return t.narrow(1, 0, j * b); };
+      at::Tensor z;
+      if (!layer.learned_features) {
+        z = step_rows(xw) + bias.unsqueeze(1);
+        if (j > 0) z.sub_(at::bmm(step_rows(gram).narrow(2, 0, j * b), earlier(u)));
+        z.requires_grad_(true);
+      } else {
+        // f(x_s) depends on this step's parameters: its product and Gram rows join the graph.
+        const at::Tensor f = model.input_features(rest, step_rows(rows.x));
+        step_rows(x).copy_(f.detach());
+        z = times_w(f) + bias.unsqueeze(1);
+        if (j > 0) z = z - at::bmm(at::bmm(f, earlier(x).transpose(1, 2)), earlier(u));
+      }
       const Step step = tracker.step(model.forward_from_input_layer(rest, z),
                                      {step_rows(rows.x), step_rows(rows.y), step_rows(rows.mask)});
       inputs.push_back(z);

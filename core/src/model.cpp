@@ -19,6 +19,8 @@ at::Tensor per_example(const at::Tensor& per_label, int64_t example_dims) {
   return per_label.dim() > example_dims ? per_label.flatten(example_dims).mean(-1) : per_label;
 }
 
+at::Tensor Model::input_features(const TensorTree&, const at::Tensor& x) const { return x.flatten(2); }
+
 at::Tensor Model::forward_from_input_layer(const TensorTree&, const at::Tensor&) const {
   throw Error(fmt::format("model {} has no input layer to continue from", describe()));
 }

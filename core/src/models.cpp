@@ -134,13 +134,20 @@ TensorTree Cnn::init(at::Generator g) const {
                     {"fc2.b", fan_in_uniform({classes_}, 512, g)}};
 }
 
-at::Tensor Cnn::forward(const TensorTree& params, const at::Tensor& x) const {
+at::Tensor Cnn::input_features(const TensorTree& params, const at::Tensor& x) const {
   // relu(pool(.)) is pool(relu(.)) (relu is monotone; a zero's sign aside), and a quarter of the
   // elementwise work. The gradients agree too: where the window's maximum is <= 0 both are zero.
   at::Tensor h = at::relu(fax::max_pool2(fax::conv2d(x, params.at("conv1.w"), params.at("conv1.b"), 2)));
   h = at::relu(fax::max_pool2(fax::conv2d(h, params.at("conv2.w"), params.at("conv2.b"), 2)));
-  h = at::relu(fax::linear(h.flatten(h.dim() - 3), params.at("fc1.w"), params.at("fc1.b")));
-  return fax::linear(h, params.at("fc2.w"), params.at("fc2.b"));
+  return h.flatten(h.dim() - 3);
+}
+
+at::Tensor Cnn::forward(const TensorTree& params, const at::Tensor& x) const {
+  return forward_from_input_layer(params, fax::linear(input_features(params, x), params.at("fc1.w"), params.at("fc1.b")));
+}
+
+at::Tensor Cnn::forward_from_input_layer(const TensorTree& params, const at::Tensor& z) const {
+  return fax::linear(at::relu(z), params.at("fc2.w"), params.at("fc2.b"));
 }
 
 int64_t Cnn::forward_flops() const {

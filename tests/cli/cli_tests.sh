@@ -101,6 +101,15 @@ assert factored.tobytes() != plain.tobytes(), "factor_input_layer changed nothin
 assert np.abs(factored - start).max() > 1e-3, "the model did not move"
 assert np.allclose(factored, plain, rtol=1e-4, atol=1e-5), np.abs(factored - plain).max()
 PY
+    # The CNN, whose factored dense layer takes its input from the convolutions: the same bits on
+    # 1 and 2 executors.
+    cnn=(--set rounds=2 --set cohort.size=6 --set logging.eval_every=0
+         --set logging.checkpoint_every=2)
+    for e in 1 2; do
+      run_expect 0 "" -- "$FAX_RUN" run "$FAX_SOURCE_DIR/experiments/fmnist_cnn_fedavg.yaml" -q -o "$WORK/cnn$e.h5" \
+        "${cnn[@]}" --set execution.executors=$e
+    done
+    "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/cnn1.h5" "$WORK/cnn2.h5" 2 || fail "CNN: 1 and 2 executors differ"
     ;;
   remote_bitwise)
     # Local (1 executor) vs 2 and 3 worker processes at 3 logical shards: identical bits, for FedAvg

@@ -146,6 +146,55 @@ TEST_F(LocalTrainingTest, CreateGraphDifferentiatesThroughTheSteps) {
   EXPECT_GT(std::abs(numeric), 1e-4) << "a flat objective checks nothing";
 }
 
+// A chunk's trained parameters (in init's order; a deferred input layer formed from its factors)
+// and losses, one row per client, from `init` broadcast to the chunk (a stride-0 clients axis: one
+// shared product) or repeated in materialised rows. `factored_out` says whether factors came back.
+at::Tensor trained_rows(const Model& model, const FederatedDataset& data, const TensorTree& init,
+                        bool broadcast_start, LocalSgdOptions options, int64_t epochs, int64_t batch,
+                        bool* factored_out = nullptr) {
+  Mesh mesh({1, 1});
+  return mesh.run(Cohort({0, 1, 2}), [&](Program&) {
+    at::Tensor out;
+    map_clients([&](const ClientChunk& c) {
+      const TensorTree start = init.map([&](const at::Tensor& t) {
+        std::vector<int64_t> shape{c.size};
+        shape.insert(shape.end(), t.sizes().begin(), t.sizes().end());
+        const at::Tensor rows = t.unsqueeze(0).expand(shape);
+        return broadcast_start ? rows : rows.contiguous();
+      });
+      const LocalSgdResult r =
+          local_sgd(model, ClientBatches(c, data, epochs, batch), start, at::tensor({0.3, 0.2, 0.1}), options);
+      if (factored_out) *factored_out = r.input_factors.has_value();
+      std::vector<at::Tensor> rows;
+      for (const auto& [name, t] : init) {
+        if (r.params.contains(name)) {
+          rows.push_back(r.params.at(name).flatten(1));
+        } else {
+          const InputLayerFactors& f = r.input_factors.value();
+          rows.push_back((start.at(name) - at::bmm(f.x.transpose(1, 2), f.u)).flatten(1));
+        }
+      }
+      rows.push_back(r.loss.unsqueeze(1).to(rows.front().scalar_type()));
+      out = at::cat(rows, 1);
+      return at::zeros({c.size});
+    });
+    return Server<at::Tensor>(out);
+  }, {3, 1}).value();
+}
+
+// Factored (`factored`) against plain autograd steps: close, not equal (the factored path ran),
+// and trained.
+void expect_factored_matches_autograd(const at::Tensor& factored, const at::Tensor& plain, const TensorTree& init,
+                                      double rtol, double atol) {
+  EXPECT_TRUE(at::allclose(factored, plain, rtol, atol))
+      << "largest difference " << (factored - plain).abs().max().item<double>();
+  EXPECT_FALSE(at::equal(factored, plain));
+  std::vector<at::Tensor> untrained;
+  for (const auto& [name, t] : init) untrained.push_back(t.flatten().unsqueeze(0).expand({3, -1}));
+  const at::Tensor params = factored.narrow(1, 0, factored.size(1) - 1);
+  EXPECT_GT((params - at::cat(untrained, 1)).abs().max().item<double>(), 1e-3) << "the clients did not train";
+}
+
 // The factored input layer (LocalSgdOptions::factor_input_layer) against plain autograd steps: an
 // MLP wide enough for blocks of 10 steps (batch 2, 40 outputs), two epochs so client 1's 12 steps
 // span two blocks and clients 0 and 2 stop early; from a broadcast start (one shared product) and
@@ -154,33 +203,44 @@ TEST_F(LocalTrainingTest, FactoredInputLayerMatchesAutogradSteps) {
   const Mlp mlp({4}, {40}, 3);
   const TensorTree init = mlp.init(at::make_generator<at::CPUGeneratorImpl>(3));
   for (bool broadcast_start : {true, false}) {
-    auto trained = [&](bool factor) {
-      return on_chunk({0, 1, 2}, [&](const ClientChunk& c) {
-        const TensorTree start = broadcast_start ? init.map([&](const at::Tensor& t) {
-          std::vector<int64_t> shape{c.size};
-          shape.insert(shape.end(), t.sizes().begin(), t.sizes().end());
-          return t.unsqueeze(0).expand(shape);
-        }) : repeat_rows(init, c.size);
-        LocalSgdOptions options;
-        options.factor_input_layer = factor;
-        const LocalSgdResult r = local_sgd(mlp, ClientBatches(c, *data, 2, 2), start, at::tensor({0.3, 0.2, 0.1}), options);
-        std::vector<at::Tensor> rows;
-        for (const auto& [name, t] : r.params) rows.push_back(t.flatten(1));
-        rows.push_back(r.loss.unsqueeze(1));
-        return at::cat(rows, 1);
-      });
-    };
-    const at::Tensor factored = trained(true);
-    const at::Tensor plain = trained(false);
-    EXPECT_TRUE(at::allclose(factored, plain, 1e-5, 1e-6))
-        << "broadcast start " << broadcast_start << ": largest difference " << (factored - plain).abs().max().item<double>();
-    // Other rounding: the factored path did run.
-    EXPECT_FALSE(at::equal(factored, plain));
-    std::vector<at::Tensor> untrained;
-    for (const auto& [name, t] : repeat_rows(init, 3)) untrained.push_back(t.flatten(1));
-    EXPECT_GT((factored.narrow(1, 0, factored.size(1) - 1) - at::cat(untrained, 1)).abs().max().item<double>(), 1e-3)
-        << "the clients did not train";
+    SCOPED_TRACE(broadcast_start ? "broadcast start" : "materialised start");
+    LocalSgdOptions factored, plain;
+    plain.factor_input_layer = false;
+    expect_factored_matches_autograd(trained_rows(mlp, *data, init, broadcast_start, factored, 2, 2),
+                                     trained_rows(mlp, *data, init, broadcast_start, plain, 2, 2), init, 1e-5, 1e-6);
   }
+}
+
+// The CNN's first dense layer, factored after the convolutions that compute its input
+// (InputLayer::learned_features), in float64, batch 2: client 1's 130 steps span two blocks of 128
+// (fc1 has 512 outputs); with 12 examples all 6 steps fit one and FedAvg-style callers get factors.
+TEST_F(LocalTrainingTest, FactoredLayerAfterConvolutionsMatchesAutogradSteps) {
+  const auto images = [](int64_t middle_client) {
+    std::vector<Examples> clients;
+    for (int64_t n : {int64_t{5}, middle_client, int64_t{3}})
+      clients.push_back({at::randn({n, 1, 8, 8}, at::kDouble), at::randint(0, 3, {n}, at::kLong)});
+    return InMemoryDataset(clients, Examples{at::randn({2, 1, 8, 8}, at::kDouble), at::randint(0, 3, {2}, at::kLong)}, 3);
+  };
+  const InMemoryDataset two_blocks = images(260), one_block = images(12);
+  const Cnn cnn({1, 8, 8}, 3);
+  ASSERT_TRUE(cnn.input_layer() && cnn.input_layer()->learned_features);
+  const TensorTree init =
+      cnn.init(at::make_generator<at::CPUGeneratorImpl>(3)).map([](const at::Tensor& t) { return t.to(at::kDouble); });
+  LocalSgdOptions factored, plain, deferred;
+  plain.factor_input_layer = false;
+  deferred.defer_input_layer = true;
+  for (bool broadcast_start : {true, false}) {
+    SCOPED_TRACE(broadcast_start ? "broadcast start" : "materialised start");
+    expect_factored_matches_autograd(trained_rows(cnn, two_blocks, init, broadcast_start, factored, 1, 2),
+                                     trained_rows(cnn, two_blocks, init, broadcast_start, plain, 1, 2), init, 1e-9, 1e-11);
+  }
+  bool deferred_factors = false, formed_factors = true;
+  const at::Tensor from_factors = trained_rows(cnn, one_block, init, true, deferred, 1, 2, &deferred_factors);
+  const at::Tensor formed = trained_rows(cnn, one_block, init, true, factored, 1, 2, &formed_factors);
+  EXPECT_TRUE(deferred_factors);
+  EXPECT_FALSE(formed_factors);
+  EXPECT_TRUE(at::allclose(from_factors, formed, 1e-9, 1e-11))
+      << "largest difference " << (from_factors - formed).abs().max().item<double>();
 }
 
 // Deferred: when every step fits in one block (here 6 steps of B = 2, blocks of 10), the input

@@ -15,10 +15,13 @@
 
 namespace fax {
 
-/// The leaves of a model's input layer z = x W + b.
+/// The leaves of a model's input layer z = f(x) W + b: its first dense layer.
 struct InputLayer {
   std::string weight;  ///< [features, outputs], or [k, features, outputs] batched over clients
   std::string bias;    ///< [outputs], or [k, outputs]
+  /// f has parameters of its own (Model::input_features: the CNN's convolutions); without, f
+  /// flattens the input and local SGD can form a block of steps' products at once.
+  bool learned_features = false;
 };
 
 /// A model as a pure function of a parameter tree. Every model runs batched over clients: when
@@ -33,9 +36,13 @@ class Model {
   virtual at::Tensor forward(const TensorTree& params, const at::Tensor& x) const = 0;
   /// Multiply-adds times two of one example's forward pass, for FLOP counts.
   virtual int64_t forward_flops() const = 0;
-  /// The model's first layer when it is affine in the flattened input, z = x W + b (W [features,
-  /// outputs]); local SGD then computes that layer's steps in factored form (local_training.h).
+  /// The model's first dense layer, z = f(x) W + b (W [features, outputs]), when its forward pass
+  /// is forward_from_input_layer(linear(input_features(x), W, b)); local SGD then computes that
+  /// layer's steps in factored form (local_training.h).
   virtual std::optional<InputLayer> input_layer() const { return std::nullopt; }
+  /// f(x) for a batch x [k, b, ...]: [k, b, features]. The default flattens each example; a model
+  /// whose InputLayer::learned_features is set computes it from `params`.
+  virtual at::Tensor input_features(const TensorTree& params, const at::Tensor& x) const;
   /// The rest of the forward pass from the input layer's output z [..., outputs]. `params` need
   /// not hold the input layer's leaves. Only called when input_layer() names one.
   virtual at::Tensor forward_from_input_layer(const TensorTree& params, const at::Tensor& z) const;

@@ -50,6 +50,10 @@ class Cnn final : public Model {
   TensorTree init(at::Generator generator) const override;
   at::Tensor forward(const TensorTree& params, const at::Tensor& x) const override;
   int64_t forward_flops() const override;
+  std::optional<InputLayer> input_layer() const override { return InputLayer{"fc1.w", "fc1.b", true}; }
+  /// The convolutions and poolings, flattened: [k, b, 64 * h/4 * w/4] (or [b, ...]).
+  at::Tensor input_features(const TensorTree& params, const at::Tensor& x) const override;
+  at::Tensor forward_from_input_layer(const TensorTree& params, const at::Tensor& z) const override;
 
  private:
   int64_t channels_, height_, width_, classes_;

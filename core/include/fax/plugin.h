@@ -22,7 +22,7 @@
 #include <fax/version.h>
 
 /// Bumped whenever FaxPluginInfo, fax::Algorithm or the types it passes change incompatibly.
-#define FAX_PLUGIN_ABI_VERSION 2
+#define FAX_PLUGIN_ABI_VERSION 3
 #define FAX_PLUGIN_ENTRY_POINT "fax_plugin_info"
 
 extern "C" {
