@@ -157,15 +157,22 @@ at::Tensor gather_from_corners(const at::Tensor& grad_x, const at::Tensor& corne
   return grad_out;
 }
 
-Planes planes_of(AutogradContext* ctx) {
-  return {ctx->saved_data["count"].toInt(), ctx->saved_data["h"].toInt(), ctx->saved_data["w"].toInt()};
-}
-
 void save_corners(AutogradContext* ctx, const at::Tensor& corners, const Planes& p) {
   ctx->saved_data["corners"] = corners;
   ctx->saved_data["count"] = p.count;
   ctx->saved_data["h"] = p.h;
   ctx->saved_data["w"] = p.w;
+}
+
+// What save_corners kept.
+struct SavedCorners {
+  at::Tensor corners;
+  Planes planes;
+};
+
+SavedCorners saved_corners(AutogradContext* ctx) {
+  return {ctx->saved_data["corners"].toTensor(),
+          {ctx->saved_data["count"].toInt(), ctx->saved_data["h"].toInt(), ctx->saved_data["w"].toInt()}};
 }
 
 // The pooling's backward as a function of its own, linear in grad_out: its backward is the gather.
@@ -183,14 +190,14 @@ struct GatherFn : public torch::autograd::Function<GatherFn> {
     return gather_from_corners(grad_x, corners, p);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const at::Tensor corners = ctx->saved_data["corners"].toTensor();
-    return {ScatterFn::apply(grads[0], corners, planes_of(ctx)), at::Tensor(), at::Tensor()};
+    const SavedCorners saved = saved_corners(ctx);
+    return {ScatterFn::apply(grads[0], saved.corners, saved.planes), at::Tensor(), at::Tensor()};
   }
 };
 
 variable_list ScatterFn::backward(AutogradContext* ctx, variable_list grads) {
-  const at::Tensor corners = ctx->saved_data["corners"].toTensor();
-  return {GatherFn::apply(grads[0], corners, planes_of(ctx)), at::Tensor(), at::Tensor()};
+  const SavedCorners saved = saved_corners(ctx);
+  return {GatherFn::apply(grads[0], saved.corners, saved.planes), at::Tensor(), at::Tensor()};
 }
 
 // x: [planes, h, w], contiguous.
@@ -209,8 +216,8 @@ struct MaxPool2Fn : public torch::autograd::Function<MaxPool2Fn> {
     return out;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const at::Tensor corners = ctx->saved_data["corners"].toTensor();
-    return {ScatterFn::apply(grads[0], corners, planes_of(ctx))};
+    const SavedCorners saved = saved_corners(ctx);
+    return {ScatterFn::apply(grads[0], saved.corners, saved.planes)};
   }
 };
 

@@ -23,7 +23,7 @@ class LocalTrainingTest : public test::SeededTest {
 
   // Runs `fn` on one executor for a chunk holding `ids` (in that order).
   template <class F>
-  at::Tensor on_chunk(const std::vector<int64_t>& ids, F&& fn) {
+  static at::Tensor on_chunk(const std::vector<int64_t>& ids, F&& fn) {
     Mesh mesh({1, 1});
     return mesh.run(Cohort(ids), [&](Program&) {
       at::Tensor out;
@@ -33,6 +33,36 @@ class LocalTrainingTest : public test::SeededTest {
       });
       return Server<at::Tensor>(out);
     }, {3, 1}).value();
+  }
+
+  // A chunk's trained parameters (in init's order; a deferred input layer formed from its factors)
+  // and losses, one row per client, from `init` broadcast to the chunk (a stride-0 clients axis: one
+  // shared product) or repeated in materialised rows. `factored_out` says whether factors came back.
+  static at::Tensor trained_rows(const Model& model, const FederatedDataset& dataset, const TensorTree& init,
+                                 bool broadcast_start, LocalSgdOptions options, int64_t epochs, int64_t batch,
+                                 bool* factored_out = nullptr) {
+    return on_chunk({0, 1, 2}, [&](const ClientChunk& c) {
+      const TensorTree start = init.map([&](const at::Tensor& t) {
+        std::vector<int64_t> shape{c.size};
+        shape.insert(shape.end(), t.sizes().begin(), t.sizes().end());
+        const at::Tensor rows = t.unsqueeze(0).expand(shape);
+        return broadcast_start ? rows : rows.contiguous();
+      });
+      const LocalSgdResult r =
+          local_sgd(model, ClientBatches(c, dataset, epochs, batch), start, at::tensor({0.3, 0.2, 0.1}), options);
+      if (factored_out) *factored_out = r.input_factors.has_value();
+      std::vector<at::Tensor> rows;
+      for (const auto& [name, t] : init) {
+        if (r.params.contains(name)) {
+          rows.push_back(r.params.at(name).flatten(1));
+        } else {
+          const InputLayerFactors& f = r.input_factors.value();
+          rows.push_back((start.at(name) - at::bmm(f.x.transpose(1, 2), f.u)).flatten(1));
+        }
+      }
+      rows.push_back(r.loss.unsqueeze(1).to(rows.front().scalar_type()));
+      return at::cat(rows, 1);
+    });
   }
 
   // `p` with a leading clients axis of k identical rows.
@@ -144,42 +174,6 @@ TEST_F(LocalTrainingTest, CreateGraphDifferentiatesThroughTheSteps) {
   const double analytic = objective(0.3, true).item<double>();
   EXPECT_NEAR(analytic, numeric, 1e-6 * std::max(1.0, std::abs(numeric)));
   EXPECT_GT(std::abs(numeric), 1e-4) << "a flat objective checks nothing";
-}
-
-// A chunk's trained parameters (in init's order; a deferred input layer formed from its factors)
-// and losses, one row per client, from `init` broadcast to the chunk (a stride-0 clients axis: one
-// shared product) or repeated in materialised rows. `factored_out` says whether factors came back.
-at::Tensor trained_rows(const Model& model, const FederatedDataset& data, const TensorTree& init,
-                        bool broadcast_start, LocalSgdOptions options, int64_t epochs, int64_t batch,
-                        bool* factored_out = nullptr) {
-  Mesh mesh({1, 1});
-  return mesh.run(Cohort({0, 1, 2}), [&](Program&) {
-    at::Tensor out;
-    map_clients([&](const ClientChunk& c) {
-      const TensorTree start = init.map([&](const at::Tensor& t) {
-        std::vector<int64_t> shape{c.size};
-        shape.insert(shape.end(), t.sizes().begin(), t.sizes().end());
-        const at::Tensor rows = t.unsqueeze(0).expand(shape);
-        return broadcast_start ? rows : rows.contiguous();
-      });
-      const LocalSgdResult r =
-          local_sgd(model, ClientBatches(c, data, epochs, batch), start, at::tensor({0.3, 0.2, 0.1}), options);
-      if (factored_out) *factored_out = r.input_factors.has_value();
-      std::vector<at::Tensor> rows;
-      for (const auto& [name, t] : init) {
-        if (r.params.contains(name)) {
-          rows.push_back(r.params.at(name).flatten(1));
-        } else {
-          const InputLayerFactors& f = r.input_factors.value();
-          rows.push_back((start.at(name) - at::bmm(f.x.transpose(1, 2), f.u)).flatten(1));
-        }
-      }
-      rows.push_back(r.loss.unsqueeze(1).to(rows.front().scalar_type()));
-      out = at::cat(rows, 1);
-      return at::zeros({c.size});
-    });
-    return Server<at::Tensor>(out);
-  }, {3, 1}).value();
 }
 
 // Factored (`factored`) against plain autograd steps: close, not equal (the factored path ran),

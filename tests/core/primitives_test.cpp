@@ -122,7 +122,7 @@ TEST_P(PrimitivesTest, MapSumClientsEqualsSumOfMapBitwise) {
         TensorTree keep, total;
         keep.set("id", at::arange(c.size, at::kLong) + c.client_id(0));
         total.set("y", per_client(rows));
-        return ChunkRows{keep, total};
+        return ChunkRows{keep, total, {}};
       }, p.local_rows(data));
       TensorTree result = mapped.sum.value();
       result.set("ids", collect(Clients<at::Tensor>(mapped.keep.value().at("id"))).value());
@@ -139,7 +139,7 @@ TEST_P(PrimitivesTest, MapSumClientsJacobian) {
                                                 return map_sum_clients(MapOptions{2}, [](const at::Tensor& r) {
                                                   TensorTree t;
                                                   t.set("y", at::tanh(r) * r.pow(2));
-                                                  return ChunkRows{{}, t};
+                                                  return ChunkRows{{}, t, {}};
                                                 }, Clients<at::Tensor>(x)).sum.value().at("y");
                                               },
                                               at::randn({5, 2}, f64));
