@@ -56,24 +56,36 @@ ClientBatches::ClientBatches(const ClientChunk& chunk, const FederatedDataset& d
   y_ = at::cat(ys);
   // Masks and counts weigh losses: float, in the inputs' precision when those are floats.
   const at::ScalarType weight_type = x_.is_floating_point() ? x_.scalar_type() : at::kFloat;
+  // Real slots lead each client's row of a step (the shuffled order fills slots from the start).
+  const at::Tensor widths = mask_.sum(2).amax(1).to(at::kLong);
+  widths_.assign(widths.data_ptr<int64_t>(), widths.data_ptr<int64_t>() + steps);
   mask_ = mask_.to(weight_type);
   examples_ = at::tensor(sizes, at::kLong).to(weight_type);
 }
 
 at::Tensor ClientBatches::client_steps() const { return (mask_.sum(2) > 0).to(mask_.scalar_type()).sum(0); }
 
+Batch ClientBatches::gather(const at::Tensor& index, const at::Tensor& mask) const {
+  const auto shape = [&](const at::Tensor& t) {
+    std::vector<int64_t> out(index.sizes().begin(), index.sizes().end());
+    out.insert(out.end(), t.sizes().begin() + 1, t.sizes().end());
+    return out;
+  };
+  const at::Tensor flat = index.reshape({-1});
+  return {x_.index_select(0, flat).view(shape(x_)), y_.index_select(0, flat).view(shape(y_)), mask};
+}
+
+Batch ClientBatches::batch(int64_t step) const {
+  const int64_t width = widths_.at(step);
+  return gather(index_[step].narrow(1, 0, width), mask_[step].narrow(1, 0, width));
+}
+
 Batch ClientBatches::batches(int64_t first, int64_t count) const {
   const int64_t k = clients();
   const int64_t rows = count * batch_size();
   // [count, k, B] -> [k, count * B]: each client's steps back to back.
-  const at::Tensor index = index_.narrow(0, first, count).transpose(0, 1).reshape({k, rows});
-  std::vector<int64_t> x_shape{k, rows};
-  x_shape.insert(x_shape.end(), x_.sizes().begin() + 1, x_.sizes().end());
-  std::vector<int64_t> y_shape{k, rows};
-  y_shape.insert(y_shape.end(), y_.sizes().begin() + 1, y_.sizes().end());
-  const at::Tensor flat = index.reshape({-1});
-  return {x_.index_select(0, flat).view(x_shape), y_.index_select(0, flat).view(y_shape),
-          mask_.narrow(0, first, count).transpose(0, 1).reshape({k, rows})};
+  return gather(index_.narrow(0, first, count).transpose(0, 1).reshape({k, rows}),
+                mask_.narrow(0, first, count).transpose(0, 1).reshape({k, rows}));
 }
 
 namespace {

@@ -106,6 +106,31 @@ TEST_F(LocalTrainingTest, BatchesCoverEveryExampleOncePerEpochAndMaskTheRest) {
   });
 }
 
+// A step is as wide as its widest client: clients 0 and 2 (5 and 3 examples) in batches of 4 over
+// two epochs have 4, 1 | 3, 4 | 1 real examples in steps 0-3 (widths 4, 3, 4, 1); block batches
+// keep all B slots.
+TEST_F(LocalTrainingTest, StepsAreAsWideAsTheirWidestClient) {
+  on_chunk({0, 2}, [&](const ClientChunk& c) {
+    const ClientBatches batches(c, *data, 2, 4);
+    EXPECT_EQ(batches.steps(), 4);
+    const std::vector<std::vector<float>> real{{4, 3}, {1, 3}, {4, 0}, {1, 0}};
+    for (int64_t s = 0; s < batches.steps(); ++s) {
+      const Batch b = batches.batch(s);
+      const at::Tensor expected = at::tensor(real[s]);
+      const int64_t width = expected.max().item<int64_t>();
+      EXPECT_EQ(b.x.sizes(), (at::IntArrayRef{2, width, 4})) << "step " << s;
+      EXPECT_EQ(b.y.sizes(), (at::IntArrayRef{2, width})) << "step " << s;
+      EXPECT_TRUE(at::equal(b.mask.sum(1), expected)) << "step " << s;
+      const Batch wide = batches.batches(s, 1);
+      EXPECT_EQ(wide.x.size(1), 4);
+      EXPECT_TRUE(at::equal(wide.x.narrow(1, 0, width), b.x)) << "step " << s;
+      EXPECT_TRUE(at::equal(wide.mask.narrow(1, 0, width), b.mask)) << "step " << s;
+      EXPECT_EQ(wide.mask.narrow(1, width, 4 - width).sum().item<float>(), 0.0f) << "step " << s;
+    }
+    return at::zeros({1});
+  });
+}
+
 TEST_F(LocalTrainingTest, BatchedChunkEqualsEachClientAlone) {
   const at::Tensor lr = at::scalar_tensor(0.3);
   // One row per client: its trained w, its trained b, its mean loss.

@@ -4,6 +4,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -34,8 +35,12 @@ class ClientBatches {
   int64_t steps() const { return index_.size(0); }
   int64_t clients() const { return index_.size(1); }
   int64_t batch_size() const { return index_.size(2); }
-  Batch batch(int64_t step) const { return batches(step, 1); }
-  /// Steps first .. first + count - 1 back to back: x [k, count * B, ...], y and mask [k, count * B].
+  /// Step `step`, as narrow as its widest client: x [k, w, ...] with w <= B that client's count of
+  /// real examples in the step. An epoch's short last batch leaves its unused slots at the end of
+  /// every client's row, so those are not computed (a step of 2 examples in 10 slots costs 2).
+  Batch batch(int64_t step) const;
+  /// Steps first .. first + count - 1 back to back, each B slots wide: x [k, count * B, ...], y and
+  /// mask [k, count * B].
   Batch batches(int64_t first, int64_t count) const;
   /// Examples per client, [k] float.
   const at::Tensor& examples() const { return examples_; }
@@ -48,6 +53,10 @@ class ClientBatches {
   at::Tensor index_;  // [steps, k, B] rows of x_
   at::Tensor mask_;   // [steps, k, B]
   at::Tensor examples_;
+  std::vector<int64_t> widths_;  // per step: the most real examples any client has in it
+
+  // Rows `index` [k, rows] of the examples, with their mask [k, rows].
+  Batch gather(const at::Tensor& index, const at::Tensor& mask) const;
 };
 
 struct LocalSgdOptions {
