@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
+#include <optional>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -230,6 +232,99 @@ std::vector<int64_t> storage_order(const at::Tensor& x) {
   return order;
 }
 
+// Fortran BLAS, the library LibTorch's own CPU products call (OpenBLAS here).
+extern "C" {
+void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const float* alpha,
+            const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c,
+            const int* ldc);
+void dgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const double* alpha,
+            const double* a, const int* lda, const double* b, const int* ldb, const double* beta, double* c,
+            const int* ldc);
+}
+
+void gemm(char ta, char tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
+          float* c, int ldc) {
+  const float beta = 0;
+  sgemm_(&ta, &tb, &m, &n, &k, &alpha, a, &lda, b, &ldb, &beta, c, &ldc);
+}
+
+void gemm(char ta, char tb, int m, int n, int k, double alpha, const double* a, int lda, const double* b, int ldb,
+          double* c, int ldc) {
+  const double beta = 0;
+  dgemm_(&ta, &tb, &m, &n, &k, &alpha, a, &lda, b, &ldb, &beta, c, &ldc);
+}
+
+// A row-major matrix [rows, cols] as BLAS sees it (column-major): itself transposed ('N') when its
+// columns are adjacent, itself ('T') when its rows are; `ld` the step between the others.
+struct BlasOperand {
+  char trans;
+  int64_t ld;
+};
+
+std::optional<BlasOperand> blas_operand(const at::Tensor& x) {
+  const int64_t rows = x.size(-2), cols = x.size(-1), row_step = x.stride(-2), col_step = x.stride(-1);
+  if ((cols == 1 || col_step == 1) && (rows == 1 || row_step >= cols)) return BlasOperand{'N', rows == 1 ? cols : row_step};
+  if ((rows == 1 || row_step == 1) && (cols == 1 || col_step >= rows)) return BlasOperand{'T', cols == 1 ? rows : col_step};
+  return std::nullopt;
+}
+
+at::Tensor batched_matmul_kernel(at::Tensor a, at::Tensor b, double scale) {
+  const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  std::vector<int64_t> shape(a.sizes().begin(), a.sizes().end() - 1);
+  shape.push_back(n);
+  at::Tensor out = at::empty(shape, a.options());
+  if (out.numel() == 0) return out;
+  if (k == 0) return out.zero_();
+  std::optional<BlasOperand> la = blas_operand(a), lb = blas_operand(b);
+  if (!la) a = a.contiguous(), la = blas_operand(a);
+  if (!lb) b = b.contiguous(), lb = blas_operand(b);
+  const int64_t lead = a.dim() - 2;
+  const int64_t matrices = out.numel() / (m * n);
+  constexpr int64_t kMax = std::numeric_limits<int>::max();
+  FAX_CHECK(std::max({m, n, k, la->ld, lb->ld}) <= kMax, "batched_matmul: a matrix of {}x{} by {}x{} is too large for BLAS",
+            m, k, k, n);
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "fax::batched_matmul", [&] {
+    const scalar_t* ap = a.data_ptr<scalar_t>();
+    const scalar_t* bp = b.data_ptr<scalar_t>();
+    scalar_t* cp = out.data_ptr<scalar_t>();
+    std::vector<int64_t> index(lead, 0);
+    int64_t a_offset = 0, b_offset = 0;
+    for (int64_t i = 0; i < matrices; ++i) {
+      // Row-major out = a b is column-major out^T = b^T a^T.
+      gemm(lb->trans, la->trans, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
+           static_cast<scalar_t>(scale), bp + b_offset, static_cast<int>(lb->ld), ap + a_offset,
+           static_cast<int>(la->ld), cp + i * m * n, static_cast<int>(n));
+      // The next leading index, odometer-style.
+      for (int64_t axis = lead - 1; axis >= 0; --axis) {
+        a_offset += a.stride(axis);
+        b_offset += b.stride(axis);
+        if (++index[axis] < a.size(axis)) break;
+        a_offset -= a.stride(axis) * a.size(axis);
+        b_offset -= b.stride(axis) * b.size(axis);
+        index[axis] = 0;
+      }
+    }
+  });
+  return out;
+}
+
+// d(a b)/da = g b^T and d(a b)/db = a^T g, both products of this function again: transposes are
+// views it reads in place, and the backward is differentiable in turn.
+struct BatchedMatmulFn : public torch::autograd::Function<BatchedMatmulFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b, double scale) {
+    ctx->save_for_backward({a, b});
+    ctx->saved_data["scale"] = scale;
+    return batched_matmul_kernel(a, b, scale);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const double scale = ctx->saved_data["scale"].toDouble();
+    const at::Tensor& g = grads[0];
+    return {batched_matmul(g, saved[1].transpose(-2, -1), scale), batched_matmul(saved[0].transpose(-2, -1), g, scale),
+            at::Tensor()};
+  }
+};
+
 }  // namespace
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
@@ -295,6 +390,18 @@ at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& gamma, const at::Te
   return normalized * per_client(gamma, middle, is_batched) + per_client(beta, middle, is_batched);
 }
 
+at::Tensor batched_matmul(const at::Tensor& a, const at::Tensor& b, double scale) {
+  FAX_CHECK(a.dim() >= 2 && a.dim() == b.dim() && a.sizes().slice(0, a.dim() - 2) == b.sizes().slice(0, b.dim() - 2) &&
+                a.size(-1) == b.size(-2),
+            "batched_matmul: shapes [{}] and [{}] do not match ([..., m, k] and [..., k, n])", fmt::join(a.sizes(), ", "),
+            fmt::join(b.sizes(), ", "));
+  FAX_CHECK(a.scalar_type() == b.scalar_type() && a.device() == b.device(),
+            "batched_matmul: operands differ in type or device ({} and {})", a.toString(), b.toString());
+  const bool own_kernel = a.is_cpu() && (a.scalar_type() == at::kFloat || a.scalar_type() == at::kDouble);
+  if (!own_kernel) return scale == 1.0 ? at::matmul(a, b) : at::matmul(a, b) * scale;
+  return BatchedMatmulFn::apply(a, b, scale);
+}
+
 at::Tensor causal_self_attention(const at::Tensor& x, const at::Tensor& w_qkv, const at::Tensor& b_qkv,
                                  const at::Tensor& w_out, const at::Tensor& b_out, int64_t heads) {
   const int64_t t = x.size(-2), d = x.size(-1);
@@ -302,11 +409,13 @@ at::Tensor causal_self_attention(const at::Tensor& x, const at::Tensor& w_qkv, c
   const int64_t head_dim = d / heads;
   const at::Tensor qkv = linear(x, w_qkv, b_qkv);  // [..., t, 3d]
   // Every leading axis (clients, batch) folds into one batch of sequences.
-  const at::Tensor seq = qkv.reshape({-1, t, 3, heads, head_dim}).permute({2, 0, 3, 1, 4});  // [3, n, h, t, hd]
-  const at::Tensor scores = at::matmul(seq[0], seq[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim));
+  // q, k, v: [n, h, t, hd] views of qkv, read in place.
+  const std::vector<at::Tensor> qkv_heads = qkv.reshape({-1, t, 3, heads, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
+  const at::Tensor scores =
+      batched_matmul(qkv_heads[0], qkv_heads[1].transpose(-2, -1), 1.0 / std::sqrt(static_cast<double>(head_dim)));
   const at::Tensor mask = at::ones({t, t}, x.options().dtype(at::kBool)).triu(1);
   const at::Tensor attention = at::softmax(scores.masked_fill(mask, -std::numeric_limits<double>::infinity()), -1);
-  const at::Tensor mixed = at::matmul(attention, seq[2]).permute({0, 2, 1, 3}).reshape(x.sizes());
+  const at::Tensor mixed = batched_matmul(attention, qkv_heads[2]).permute({0, 2, 1, 3}).reshape(x.sizes());
   return linear(mixed, w_out, b_out);
 }
 

@@ -128,6 +128,57 @@ TEST_F(ModelsTest, MaxPoolMatchesLibTorchBitwise) {
   EXPECT_TRUE(at::equal(fax::max_pool2(half), at::max_pool2d(half, {2, 2}, {2, 2})));
 }
 
+// batched_matmul against at::matmul (times the scale) in double: values, gradients and second
+// derivatives, for operands laid out row-major, column-major (a transposed view), as heads of a
+// fused projection (permuted, strided leading axes), with no unit stride (copied first) and with
+// degenerate sizes; float values too.
+TEST_F(ModelsTest, BatchedMatmulMatchesMatmulInEveryLayout) {
+  const double scale = 0.3;
+  const auto check = [&](const at::Tensor& a_in, const at::Tensor& b_in, const std::string& what) {
+    SCOPED_TRACE(what);
+    const at::Tensor a = a_in.detach().requires_grad_(true), b = b_in.detach().requires_grad_(true);
+    const at::Tensor ours = fax::batched_matmul(a, b, scale), theirs = at::matmul(a, b) * scale;
+    ASSERT_EQ(ours.sizes(), theirs.sizes());
+    EXPECT_TRUE(ours.is_contiguous());
+    EXPECT_TRUE(at::allclose(ours, theirs, 1e-12, 1e-12)) << (ours - theirs).abs().max().item<double>();
+    if (ours.numel() == 0 || a.size(-1) == 0) return;
+    const at::Tensor up = at::randn(ours.sizes(), at::kDouble).requires_grad_(true);
+    const auto first = [&](const at::Tensor& y) {
+      return torch::autograd::grad({(y * up).sum()}, {a, b}, {}, /*retain_graph=*/true, /*create_graph=*/true);
+    };
+    const auto g_ours = first(ours), g_theirs = first(theirs);
+    for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(at::allclose(g_ours[i], g_theirs[i], 1e-12, 1e-12)) << "gradient " << i;
+    // Second derivatives: of <da, va> + <db, vb> with respect to the upstream gradient and to a.
+    const at::Tensor va = at::randn(a.sizes(), at::kDouble), vb = at::randn(b.sizes(), at::kDouble);
+    const auto second = [&](const std::vector<at::Tensor>& g) {
+      return torch::autograd::grad({(g[0] * va).sum() + (g[1] * vb).sum()}, {up, a}, {}, true, false, true);
+    };
+    const auto h_ours = second(g_ours), h_theirs = second(g_theirs);
+    for (size_t i = 0; i < 2; ++i) {
+      ASSERT_TRUE(h_ours[i].defined() && h_theirs[i].defined()) << "second derivative " << i;
+      EXPECT_TRUE(at::allclose(h_ours[i], h_theirs[i], 1e-12, 1e-12)) << "second derivative " << i;
+    }
+  };
+  const auto randn = [](at::IntArrayRef shape) { return at::randn(shape, at::kDouble); };
+  check(randn({2, 3, 4, 5}), randn({2, 3, 5, 6}), "row-major");
+  check(randn({2, 3, 5, 4}).transpose(-2, -1), randn({2, 3, 6, 5}).transpose(-2, -1), "column-major");
+  // q and k heads of a fused [n, t, 3, h, hd] projection, as attention reads them.
+  const std::vector<at::Tensor> qkv = randn({2, 7, 3, 4, 5}).permute({2, 0, 3, 1, 4}).unbind(0);
+  check(qkv[0], qkv[1].transpose(-2, -1), "heads of a fused projection");
+  check(randn({2, 4, 7, 7}), qkv[2], "attention weights by v heads");
+  check(randn({3, 4, 10}).narrow(-1, 0, 9).slice(-1, 0, 9, 2), randn({3, 5, 2}), "no unit stride");
+  check(randn({3, 1, 4}), randn({3, 4, 1}), "a row by a column");
+  check(randn({3, 4, 1}), randn({3, 1, 5}), "an outer product");
+  check(randn({2, 5}), randn({5, 3}), "no leading axis");
+  check(randn({2, 3, 0}), randn({2, 0, 4}), "empty inner axis");
+  check(randn({0, 3, 4}), randn({0, 4, 2}), "no matrices");
+  const at::Tensor a = at::randn({4, 6, 8}), b = at::randn({4, 8, 3});
+  EXPECT_TRUE(at::allclose(fax::batched_matmul(a.transpose(-2, -1).contiguous().transpose(-2, -1), b),
+                           at::matmul(a, b), 1e-5, 1e-5)) << "float";
+  EXPECT_THROW(fax::batched_matmul(a, b.transpose(-2, -1)), Error);
+  EXPECT_THROW(fax::batched_matmul(a, at::randn({3, 8, 3})), Error);
+}
+
 TEST_F(ModelsTest, EmbeddingAndLayerNormPerClient) {
   const at::Tensor table = at::randn({3, 7, 4});
   const at::Tensor ids = at::randint(0, 7, {3, 2, 5}, at::kLong);
