@@ -268,6 +268,13 @@ std::optional<BlasOperand> blas_operand(const at::Tensor& x) {
   return std::nullopt;
 }
 
+// x as BLAS reads it, after a contiguous copy when neither of its last two strides is 1.
+BlasOperand readable_operand(at::Tensor& x) {
+  if (const std::optional<BlasOperand> in_place = blas_operand(x)) return *in_place;
+  x = x.contiguous();
+  return *blas_operand(x);
+}
+
 at::Tensor batched_matmul_kernel(at::Tensor a, at::Tensor b, double scale) {
   const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
   std::vector<int64_t> shape(a.sizes().begin(), a.sizes().end() - 1);
@@ -275,13 +282,11 @@ at::Tensor batched_matmul_kernel(at::Tensor a, at::Tensor b, double scale) {
   at::Tensor out = at::empty(shape, a.options());
   if (out.numel() == 0) return out;
   if (k == 0) return out.zero_();
-  std::optional<BlasOperand> la = blas_operand(a), lb = blas_operand(b);
-  if (!la) a = a.contiguous(), la = blas_operand(a);
-  if (!lb) b = b.contiguous(), lb = blas_operand(b);
+  const BlasOperand la = readable_operand(a), lb = readable_operand(b);
   const int64_t lead = a.dim() - 2;
   const int64_t matrices = out.numel() / (m * n);
   constexpr int64_t kMax = std::numeric_limits<int>::max();
-  FAX_CHECK(std::max({m, n, k, la->ld, lb->ld}) <= kMax, "batched_matmul: a matrix of {}x{} by {}x{} is too large for BLAS",
+  FAX_CHECK(std::max({m, n, k, la.ld, lb.ld}) <= kMax, "batched_matmul: a matrix of {}x{} by {}x{} is too large for BLAS",
             m, k, k, n);
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "fax::batched_matmul", [&] {
     const scalar_t* ap = a.data_ptr<scalar_t>();
@@ -291,9 +296,9 @@ at::Tensor batched_matmul_kernel(at::Tensor a, at::Tensor b, double scale) {
     int64_t a_offset = 0, b_offset = 0;
     for (int64_t i = 0; i < matrices; ++i) {
       // Row-major out = a b is column-major out^T = b^T a^T.
-      gemm(lb->trans, la->trans, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
-           static_cast<scalar_t>(scale), bp + b_offset, static_cast<int>(lb->ld), ap + a_offset,
-           static_cast<int>(la->ld), cp + i * m * n, static_cast<int>(n));
+      gemm(lb.trans, la.trans, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
+           static_cast<scalar_t>(scale), bp + b_offset, static_cast<int>(lb.ld), ap + a_offset,
+           static_cast<int>(la.ld), cp + i * m * n, static_cast<int>(n));
       // The next leading index, odometer-style.
       for (int64_t axis = lead - 1; axis >= 0; --axis) {
         a_offset += a.stride(axis);
