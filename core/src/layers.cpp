@@ -20,6 +20,11 @@ namespace {
 // The layer is batched over clients when its weight has one more axis than an unbatched one.
 bool batched(const at::Tensor& w, int64_t unbatched_dim) { return w.dim() == unbatched_dim + 1; }
 
+// Whether fax's own kernels take x: a CPU tensor of float or double (others go to ATen).
+bool own_kernel_takes(const at::Tensor& x) {
+  return x.is_cpu() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble);
+}
+
 // Reshapes a per-client parameter [k, n] (or [n]) to broadcast against [k, ..., n] (or [..., n])
 // with `middle` axes in between.
 at::Tensor per_client(const at::Tensor& p, int64_t middle, bool is_batched) {
@@ -242,15 +247,14 @@ void dgemm_(const char* transa, const char* transb, const int* m, const int* n, 
             const int* ldc);
 }
 
+// c = alpha a b + beta c, beta 0 or 1.
 void gemm(char ta, char tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
-          float* c, int ldc) {
-  const float beta = 0;
+          float beta, float* c, int ldc) {
   sgemm_(&ta, &tb, &m, &n, &k, &alpha, a, &lda, b, &ldb, &beta, c, &ldc);
 }
 
 void gemm(char ta, char tb, int m, int n, int k, double alpha, const double* a, int lda, const double* b, int ldb,
-          double* c, int ldc) {
-  const double beta = 0;
+          double beta, double* c, int ldc) {
   dgemm_(&ta, &tb, &m, &n, &k, &alpha, a, &lda, b, &ldb, &beta, c, &ldc);
 }
 
@@ -275,13 +279,16 @@ BlasOperand readable_operand(at::Tensor& x) {
   return *blas_operand(x);
 }
 
-at::Tensor batched_matmul_kernel(at::Tensor a, at::Tensor b, double scale) {
+// scale * a b, plus `bias` [..., n] on every row when it is defined (BLAS adds the product to it,
+// as baddbmm does).
+at::Tensor batched_matmul_kernel(at::Tensor a, at::Tensor b, double scale, const at::Tensor& bias) {
   const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
   std::vector<int64_t> shape(a.sizes().begin(), a.sizes().end() - 1);
   shape.push_back(n);
   at::Tensor out = at::empty(shape, a.options());
+  if (bias.defined()) out.copy_(bias.unsqueeze(-2).expand(shape));
   if (out.numel() == 0) return out;
-  if (k == 0) return out.zero_();
+  if (k == 0) return bias.defined() ? out : out.zero_();
   const BlasOperand la = readable_operand(a), lb = readable_operand(b);
   const int64_t lead = a.dim() - 2;
   const int64_t matrices = out.numel() / (m * n);
@@ -298,7 +305,7 @@ at::Tensor batched_matmul_kernel(at::Tensor a, at::Tensor b, double scale) {
       // Row-major out = a b is column-major out^T = b^T a^T.
       gemm(lb.trans, la.trans, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
            static_cast<scalar_t>(scale), bp + b_offset, static_cast<int>(lb.ld), ap + a_offset,
-           static_cast<int>(la.ld), cp + i * m * n, static_cast<int>(n));
+           static_cast<int>(la.ld), static_cast<scalar_t>(bias.defined() ? 1 : 0), cp + i * m * n, static_cast<int>(n));
       // The next leading index, odometer-style.
       for (int64_t axis = lead - 1; axis >= 0; --axis) {
         a_offset += a.stride(axis);
@@ -314,19 +321,29 @@ at::Tensor batched_matmul_kernel(at::Tensor a, at::Tensor b, double scale) {
 }
 
 // d(a b)/da = g b^T and d(a b)/db = a^T g, both products of this function again: transposes are
-// views it reads in place, and the backward is differentiable in turn.
+// views it reads in place, and the backward is differentiable in turn. The bias's gradient is g
+// summed over rows. Only the gradients autograd asks for are computed (a layer's input often needs
+// none).
 struct BatchedMatmulFn : public torch::autograd::Function<BatchedMatmulFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b, double scale) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b, double scale,
+                            const c10::optional<at::Tensor>& bias) {
     ctx->save_for_backward({a, b});
     ctx->saved_data["scale"] = scale;
-    return batched_matmul_kernel(a, b, scale);
+    ctx->saved_data["bias"] = bias.has_value();
+    return batched_matmul_kernel(a, b, scale, bias.value_or(at::Tensor()));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const double scale = ctx->saved_data["scale"].toDouble();
     const at::Tensor& g = grads[0];
-    return {batched_matmul(g, saved[1].transpose(-2, -1), scale), batched_matmul(saved[0].transpose(-2, -1), g, scale),
-            at::Tensor()};
+    // Inputs count by tensor given (a, b, a bias); the gradients returned, by argument (the scale's too).
+    const auto wanted = [&](size_t input, const auto& gradient) {
+      return ctx->needs_input_grad(input) ? gradient() : at::Tensor();
+    };
+    const bool bias = ctx->saved_data["bias"].toBool();
+    return {wanted(0, [&] { return batched_matmul(g, saved[1].transpose(-2, -1), scale); }),
+            wanted(1, [&] { return batched_matmul(saved[0].transpose(-2, -1), g, scale); }), at::Tensor(),
+            bias ? wanted(2, [&] { return g.sum(-2); }) : at::Tensor()};
   }
 };
 
@@ -339,12 +356,23 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bi
     shape.push_back(w.size(1));
     return at::addmm(bias, flat, w).view(shape);
   }
-  const int64_t k = w.size(0);
+  const int64_t k = w.size(0), n = w.size(2);
   FAX_CHECK(x.size(0) == k, "linear: input has {} clients, weights {}", x.size(0), k);
-  const at::Tensor flat = x.reshape({k, -1, x.size(-1)});
+  FAX_CHECK(x.size(-1) == w.size(1), "linear: input has {} features, weights take {}", x.size(-1), w.size(1));
+  FAX_CHECK(bias.dim() == 2 && bias.size(0) == k && bias.size(1) == n, "linear: bias [{}] does not match weights [{}]",
+            fmt::join(bias.sizes(), ", "), fmt::join(w.sizes(), ", "));
+  FAX_CHECK(x.scalar_type() == w.scalar_type() && bias.scalar_type() == w.scalar_type() && x.device() == w.device() &&
+                bias.device() == w.device(),
+            "linear: input, weights and bias differ in type or device ({}, {} and {})", x.toString(), w.toString(),
+            bias.toString());
+  // [k, rows, d]: one product per client; a 3-axis input is that already.
+  const at::Tensor flat = x.dim() == 3 ? x : x.reshape({k, -1, x.size(-1)});
+  const at::Tensor out =
+      own_kernel_takes(w) ? BatchedMatmulFn::apply(flat, w, 1.0, bias) : at::baddbmm(bias.unsqueeze(1), flat, w);
+  if (x.dim() == 3) return out;
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
-  shape.push_back(w.size(2));
-  return at::baddbmm(bias.unsqueeze(1), flat, w).view(shape);
+  shape.push_back(n);
+  return out.view(shape);
 }
 
 at::Tensor conv2d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias, int64_t padding) {
@@ -366,8 +394,7 @@ at::Tensor max_pool2(const at::Tensor& x) {
     shape[d - 1] /= 2;
     return shape;
   };
-  const bool own_kernel = x.is_cpu() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble);
-  if (!own_kernel || x.numel() == 0) {
+  if (!own_kernel_takes(x) || x.numel() == 0) {
     const at::Tensor flat = x.reshape({-1, x.size(d - 3), x.size(d - 2), x.size(d - 1)});
     return at::max_pool2d(flat, {2, 2}, {2, 2}).view(pooled_shape(x.sizes()));
   }
@@ -402,9 +429,8 @@ at::Tensor batched_matmul(const at::Tensor& a, const at::Tensor& b, double scale
             fmt::join(b.sizes(), ", "));
   FAX_CHECK(a.scalar_type() == b.scalar_type() && a.device() == b.device(),
             "batched_matmul: operands differ in type or device ({} and {})", a.toString(), b.toString());
-  const bool own_kernel = a.is_cpu() && (a.scalar_type() == at::kFloat || a.scalar_type() == at::kDouble);
-  if (!own_kernel) return scale == 1.0 ? at::matmul(a, b) : at::matmul(a, b) * scale;
-  return BatchedMatmulFn::apply(a, b, scale);
+  if (!own_kernel_takes(a)) return scale == 1.0 ? at::matmul(a, b) : at::matmul(a, b) * scale;
+  return BatchedMatmulFn::apply(a, b, scale, c10::nullopt);
 }
 
 at::Tensor causal_self_attention(const at::Tensor& x, const at::Tensor& w_qkv, const at::Tensor& b_qkv,

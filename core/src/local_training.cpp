@@ -52,18 +52,21 @@ ClientBatches::ClientBatches(const ClientChunk& chunk, const FederatedDataset& d
     ys.push_back(clients[i].y);
     offset += n;
   }
-  x_ = at::cat(xs);
-  y_ = at::cat(ys);
+  // One client's examples are read where they lie (cat would copy them).
+  const auto joined = [](const std::vector<at::Tensor>& parts) { return parts.size() == 1 ? parts[0] : at::cat(parts); };
+  x_ = joined(xs);
+  y_ = joined(ys);
   // Masks and counts weigh losses: float, in the inputs' precision when those are floats.
   const at::ScalarType weight_type = x_.is_floating_point() ? x_.scalar_type() : at::kFloat;
-  // Real slots lead each client's row of a step (the shuffled order fills slots from the start).
-  const at::Tensor widths = mask_.sum(2).amax(1).to(at::kLong);
-  widths_.assign(widths.data_ptr<int64_t>(), widths.data_ptr<int64_t>() + steps);
   mask_ = mask_.to(weight_type);
+  counts_ = mask_.sum(2);
+  // Real slots lead each client's row of a step (the shuffled order fills slots from the start).
+  const at::Tensor widths = counts_.amax(1).to(at::kLong);
+  widths_.assign(widths.data_ptr<int64_t>(), widths.data_ptr<int64_t>() + steps);
   examples_ = at::tensor(sizes, at::kLong).to(weight_type);
 }
 
-at::Tensor ClientBatches::client_steps() const { return (mask_.sum(2) > 0).to(mask_.scalar_type()).sum(0); }
+at::Tensor ClientBatches::client_steps() const { return (counts_ > 0).to(counts_.scalar_type()).sum(0); }
 
 Batch ClientBatches::gather(const at::Tensor& index, const at::Tensor& mask) const {
   const auto shape = [&](const at::Tensor& t) {
@@ -97,25 +100,35 @@ struct Step {
 };
 
 // Steps the chunk's clients and keeps their running mean training loss over the examples seen.
+// What depends only on the step's counts (the objective's divisor, the rates, whether a step has
+// any unused slot) is worked out once for all steps.
 class StepTracker {
  public:
-  StepTracker(const ClientBatches& batches, at::Tensor step_size)
-      : step_size_(std::move(step_size)),
+  StepTracker(const ClientBatches& batches, const at::Tensor& step_size)
+      : divisor_(batches.counts().clamp_min(1.0).unbind(0)),
+        // A client whose steps are over (no real example in a step) does not move. Unbound in one
+        // node: the rates' gradient (to a learned step size) is then gathered once, not step by step.
+        rates_((step_size * (batches.counts() > 0).to(batches.counts().scalar_type())).unbind(0)),
         sum_(at::zeros({batches.clients()}, batches.examples().options())),
-        seen_(at::zeros_like(sum_)) {}
+        seen_(batches.counts().sum(0)) {
+    const at::Tensor fewest = batches.counts().amin(1).to(at::kLong);
+    fewest_.assign(fewest.data_ptr<int64_t>(), fewest.data_ptr<int64_t>() + fewest.numel());
+  }
 
-  Step step(const at::Tensor& logits, const Batch& batch) {
-    const at::Tensor count = batch.mask.sum(1);
-    const at::Tensor total = (per_example(cross_entropy(logits, batch.y), 2) * batch.mask).sum(1);
+  // Step `s`, whose batch is `batch`.
+  Step step(int64_t s, const at::Tensor& logits, const Batch& batch) {
+    const at::Tensor losses = per_example(cross_entropy(logits, batch.y), 2);
+    // Every slot real: the mask is all ones, and multiplying by it would change no bit.
+    const at::Tensor total = (fewest_.at(s) == batch.mask.size(1) ? losses : losses * batch.mask).sum(1);
     sum_ += total.detach();
-    seen_ += count;
-    // A client whose steps are over (no real example in this batch) does not move.
-    return {total / count.clamp_min(1.0), step_size_ * (count > 0).to(count.scalar_type())};
+    return {total / divisor_.at(s), rates_.at(s)};
   }
   at::Tensor mean() const { return sum_ / seen_.clamp_min(1.0); }
 
  private:
-  at::Tensor step_size_, sum_, seen_;
+  std::vector<at::Tensor> divisor_, rates_;  // per step, [k]
+  std::vector<int64_t> fewest_;  // per step: the fewest real examples any client has in it
+  at::Tensor sum_, seen_;
 };
 
 // Per-client `rates` [k] shaped [k, 1, ...] to scale `like` [k, ...], in its dtype (a float64 rate
@@ -189,7 +202,7 @@ LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, c
         z = times_w(f) + bias.unsqueeze(1);
         if (j > 0) z = z - at::bmm(at::bmm(f, earlier(x).transpose(1, 2)), earlier(u));
       }
-      const Step step = tracker.step(model.forward_from_input_layer(rest, z),
+      const Step step = tracker.step(first + j, model.forward_from_input_layer(rest, z),
                                      {step_rows(rows.x), step_rows(rows.y), step_rows(rows.mask)});
       inputs.push_back(z);
       const auto grads = client_gradients(step.objective, inputs, false);
@@ -235,7 +248,7 @@ LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const
   StepTracker tracker(batches, step_size);
   for (int64_t s = 0; s < batches.steps(); ++s) {
     const Batch batch = batches.batch(s);
-    const Step step = tracker.step(model.forward(params, batch.x), batch);
+    const Step step = tracker.step(s, model.forward(params, batch.x), batch);
     const at::Tensor objective = options.penalty ? step.objective + options.penalty(params) : step.objective;
     const auto grads = client_gradients(objective, params.tensors(), options.create_graph);
     if (!options.create_graph) {

@@ -121,12 +121,15 @@ TEST_F(LocalTrainingTest, StepsAreAsWideAsTheirWidestClient) {
       EXPECT_EQ(b.x.sizes(), (at::IntArrayRef{2, width, 4})) << "step " << s;
       EXPECT_EQ(b.y.sizes(), (at::IntArrayRef{2, width})) << "step " << s;
       EXPECT_TRUE(at::equal(b.mask.sum(1), expected)) << "step " << s;
+      EXPECT_TRUE(at::equal(batches.counts()[s], expected)) << "step " << s;
       const Batch wide = batches.batches(s, 1);
       EXPECT_EQ(wide.x.size(1), 4);
       EXPECT_TRUE(at::equal(wide.x.narrow(1, 0, width), b.x)) << "step " << s;
       EXPECT_TRUE(at::equal(wide.mask.narrow(1, 0, width), b.mask)) << "step " << s;
       EXPECT_EQ(wide.mask.narrow(1, width, 4 - width).sum().item<float>(), 0.0f) << "step " << s;
     }
+    // Steps with a real example: 2 batches an epoch for 5 examples, 1 for 3.
+    EXPECT_TRUE(at::equal(batches.client_steps(), at::tensor({4.0f, 2.0f})));
     return at::zeros({1});
   });
 }

@@ -1,3 +1,5 @@
+#include <functional>
+
 #include <torch/csrc/autograd/autograd.h>
 
 #include <fax/layers.h>
@@ -128,55 +130,109 @@ TEST_F(ModelsTest, MaxPoolMatchesLibTorchBitwise) {
   EXPECT_TRUE(at::equal(fax::max_pool2(half), at::max_pool2d(half, {2, 2}, {2, 2})));
 }
 
-// batched_matmul against at::matmul (times the scale) in double: values, gradients and second
-// derivatives, for operands laid out row-major, column-major (a transposed view), as heads of a
-// fused projection (permuted, strided leading axes), with no unit stride (copied first) and with
-// degenerate sizes; float values too.
-TEST_F(ModelsTest, BatchedMatmulMatchesMatmulInEveryLayout) {
-  const double scale = 0.3;
-  const auto check = [&](const at::Tensor& a_in, const at::Tensor& b_in, const std::string& what) {
-    SCOPED_TRACE(what);
-    const at::Tensor a = a_in.detach().requires_grad_(true), b = b_in.detach().requires_grad_(true);
-    const at::Tensor ours = fax::batched_matmul(a, b, scale), theirs = at::matmul(a, b) * scale;
-    ASSERT_EQ(ours.sizes(), theirs.sizes());
-    EXPECT_TRUE(ours.is_contiguous());
-    EXPECT_TRUE(at::allclose(ours, theirs, 1e-12, 1e-12)) << (ours - theirs).abs().max().item<double>();
-    if (ours.numel() == 0 || a.size(-1) == 0) return;
-    const at::Tensor up = at::randn(ours.sizes(), at::kDouble).requires_grad_(true);
-    const auto first = [&](const at::Tensor& y) {
-      return torch::autograd::grad({(y * up).sum()}, {a, b}, {}, /*retain_graph=*/true, /*create_graph=*/true);
-    };
-    const auto g_ours = first(ours), g_theirs = first(theirs);
-    for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(at::allclose(g_ours[i], g_theirs[i], 1e-12, 1e-12)) << "gradient " << i;
-    // Second derivatives: of <da, va> + <db, vb> with respect to the upstream gradient and to a.
-    const at::Tensor va = at::randn(a.sizes(), at::kDouble), vb = at::randn(b.sizes(), at::kDouble);
-    const auto second = [&](const std::vector<at::Tensor>& g) {
-      return torch::autograd::grad({(g[0] * va).sum() + (g[1] * vb).sum()}, {up, a}, {}, true, false, true);
-    };
-    const auto h_ours = second(g_ours), h_theirs = second(g_theirs);
-    for (size_t i = 0; i < 2; ++i) {
-      ASSERT_TRUE(h_ours[i].defined() && h_theirs[i].defined()) << "second derivative " << i;
+// ours(inputs) against theirs(inputs), in double: values, gradients with respect to every input
+// that requires one, and second derivatives (of the gradients' inner product with random
+// directions, with respect to the upstream gradient and to the first input).
+using Layer = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
+void expect_same_to_second_order(const Layer& ours_fn, const Layer& theirs_fn, const std::vector<at::Tensor>& inputs) {
+  const at::Tensor ours = ours_fn(inputs), theirs = theirs_fn(inputs);
+  ASSERT_EQ(ours.sizes(), theirs.sizes());
+  EXPECT_TRUE(at::allclose(ours, theirs, 1e-12, 1e-12)) << (ours - theirs).abs().max().item<double>();
+  std::vector<at::Tensor> wrt;
+  for (const at::Tensor& x : inputs)
+    if (x.requires_grad()) wrt.push_back(x);
+  if (ours.numel() == 0 || wrt.empty()) return;
+  const at::Tensor up = at::randn(ours.sizes(), at::kDouble).requires_grad_(true);
+  const auto first = [&](const at::Tensor& y) {
+    return torch::autograd::grad({(y * up).sum()}, wrt, {}, /*retain_graph=*/true, /*create_graph=*/true);
+  };
+  const auto g_ours = first(ours), g_theirs = first(theirs);
+  at::Tensor ours_dot = at::zeros({}, at::kDouble), theirs_dot = at::zeros({}, at::kDouble);
+  for (size_t i = 0; i < wrt.size(); ++i) {
+    EXPECT_TRUE(at::allclose(g_ours[i], g_theirs[i], 1e-12, 1e-12)) << "gradient " << i;
+    const at::Tensor v = at::randn(wrt[i].sizes(), at::kDouble);
+    ours_dot = ours_dot + (g_ours[i] * v).sum();
+    theirs_dot = theirs_dot + (g_theirs[i] * v).sum();
+  }
+  const auto second = [&](const at::Tensor& dot) { return torch::autograd::grad({dot}, {up, wrt[0]}, {}, true, false, true); };
+  const auto h_ours = second(ours_dot), h_theirs = second(theirs_dot);
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_EQ(h_ours[i].defined(), h_theirs[i].defined()) << "second derivative " << i;
+    if (h_ours[i].defined()) {
       EXPECT_TRUE(at::allclose(h_ours[i], h_theirs[i], 1e-12, 1e-12)) << "second derivative " << i;
     }
+  }
+}
+
+at::Tensor randn64(at::IntArrayRef shape) { return at::randn(shape, at::kDouble); }
+
+// Leaves to differentiate with respect to.
+std::vector<at::Tensor> leaves(const std::vector<at::Tensor>& xs) {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& x : xs) out.push_back(x.detach().requires_grad_(true));
+  return out;
+}
+
+// batched_matmul against at::matmul (times the scale), for operands laid out row-major,
+// column-major (a transposed view), as heads of a fused projection (permuted, strided leading
+// axes), with no unit stride (copied first) and with degenerate sizes; float values too.
+TEST_F(ModelsTest, BatchedMatmulMatchesMatmulInEveryLayout) {
+  const double scale = 0.3;
+  const auto check = [&](const at::Tensor& a, const at::Tensor& b, const std::string& what) {
+    SCOPED_TRACE(what);
+    expect_same_to_second_order([&](const auto& in) { return fax::batched_matmul(in[0], in[1], scale); },
+                                [&](const auto& in) { return at::matmul(in[0], in[1]) * scale; }, leaves({a, b}));
+    EXPECT_TRUE(fax::batched_matmul(a, b).is_contiguous());
   };
-  const auto randn = [](at::IntArrayRef shape) { return at::randn(shape, at::kDouble); };
-  check(randn({2, 3, 4, 5}), randn({2, 3, 5, 6}), "row-major");
-  check(randn({2, 3, 5, 4}).transpose(-2, -1), randn({2, 3, 6, 5}).transpose(-2, -1), "column-major");
+  check(randn64({2, 3, 4, 5}), randn64({2, 3, 5, 6}), "row-major");
+  check(randn64({2, 3, 5, 4}).transpose(-2, -1), randn64({2, 3, 6, 5}).transpose(-2, -1), "column-major");
   // q and k heads of a fused [n, t, 3, h, hd] projection, as attention reads them.
-  const std::vector<at::Tensor> qkv = randn({2, 7, 3, 4, 5}).permute({2, 0, 3, 1, 4}).unbind(0);
+  const std::vector<at::Tensor> qkv = randn64({2, 7, 3, 4, 5}).permute({2, 0, 3, 1, 4}).unbind(0);
   check(qkv[0], qkv[1].transpose(-2, -1), "heads of a fused projection");
-  check(randn({2, 4, 7, 7}), qkv[2], "attention weights by v heads");
-  check(randn({3, 4, 10}).narrow(-1, 0, 9).slice(-1, 0, 9, 2), randn({3, 5, 2}), "no unit stride");
-  check(randn({3, 1, 4}), randn({3, 4, 1}), "a row by a column");
-  check(randn({3, 4, 1}), randn({3, 1, 5}), "an outer product");
-  check(randn({2, 5}), randn({5, 3}), "no leading axis");
-  check(randn({2, 3, 0}), randn({2, 0, 4}), "empty inner axis");
-  check(randn({0, 3, 4}), randn({0, 4, 2}), "no matrices");
+  check(randn64({2, 4, 7, 7}), qkv[2], "attention weights by v heads");
+  check(randn64({3, 4, 10}).narrow(-1, 0, 9).slice(-1, 0, 9, 2), randn64({3, 5, 2}), "no unit stride");
+  check(randn64({3, 1, 4}), randn64({3, 4, 1}), "a row by a column");
+  check(randn64({3, 4, 1}), randn64({3, 1, 5}), "an outer product");
+  check(randn64({2, 5}), randn64({5, 3}), "no leading axis");
+  check(randn64({2, 3, 0}), randn64({2, 0, 4}), "empty inner axis");
+  check(randn64({0, 3, 4}), randn64({0, 4, 2}), "no matrices");
   const at::Tensor a = at::randn({4, 6, 8}), b = at::randn({4, 8, 3});
   EXPECT_TRUE(at::allclose(fax::batched_matmul(a.transpose(-2, -1).contiguous().transpose(-2, -1), b),
                            at::matmul(a, b), 1e-5, 1e-5)) << "float";
   EXPECT_THROW(fax::batched_matmul(a, b.transpose(-2, -1)), Error);
   EXPECT_THROW(fax::batched_matmul(a, at::randn({3, 8, 3})), Error);
+}
+
+// A per-client linear layer against baddbmm (each client's rows times its weights plus its bias):
+// inputs with one and two example axes, weights broadcast to every client (a stride-0 clients
+// axis), an input that needs no gradient (a model's data), an empty inner axis; float values and
+// mismatched shapes too.
+TEST_F(ModelsTest, LinearPerClientMatchesBaddbmm) {
+  const auto reference = [](const std::vector<at::Tensor>& in) {
+    const at::Tensor& x = in[0];
+    const at::Tensor rows = x.flatten(1, -2);
+    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
+    shape.push_back(in[1].size(2));
+    return at::baddbmm(in[2].unsqueeze(1), rows, in[1]).view(shape);
+  };
+  const auto ours = [](const std::vector<at::Tensor>& in) { return fax::linear(in[0], in[1], in[2]); };
+  const auto check = [&](const std::vector<at::Tensor>& in, const std::string& what) {
+    SCOPED_TRACE(what);
+    expect_same_to_second_order(ours, reference, in);
+  };
+  check(leaves({randn64({3, 5, 4}), randn64({3, 4, 6}), randn64({3, 6})}), "rows");
+  check(leaves({randn64({3, 2, 5, 4}), randn64({3, 4, 6}), randn64({3, 6})}), "sequences of rows");
+  const std::vector<at::Tensor> shared = leaves({randn64({1, 4, 6}), randn64({1, 6})});
+  check({randn64({3, 5, 4}).requires_grad_(true), shared[0].expand({3, 4, 6}), shared[1].expand({3, 6})},
+        "broadcast weights");
+  const std::vector<at::Tensor> params = leaves({randn64({3, 4, 6}), randn64({3, 6})});
+  check({randn64({3, 5, 4}), params[0], params[1]}, "data input");
+  check(leaves({randn64({3, 5, 0}), randn64({3, 0, 6}), randn64({3, 6})}), "empty inner axis");
+  const at::Tensor x = at::randn({2, 5, 4}), w = at::randn({2, 4, 3}), b = at::randn({2, 3});
+  EXPECT_TRUE(at::allclose(fax::linear(x, w, b), reference({x, w, b}), 1e-5, 1e-5)) << "float";
+  EXPECT_THROW(fax::linear(x, w, at::randn({2, 4})), Error);
+  EXPECT_THROW(fax::linear(x, at::randn({2, 5, 3}), b), Error);
+  EXPECT_THROW(fax::linear(x, w.to(at::kDouble), b.to(at::kDouble)), Error);
 }
 
 TEST_F(ModelsTest, EmbeddingAndLayerNormPerClient) {

@@ -44,6 +44,8 @@ class ClientBatches {
   Batch batches(int64_t first, int64_t count) const;
   /// Examples per client, [k] float.
   const at::Tensor& examples() const { return examples_; }
+  /// Real examples per step and client, [steps, k] float (the mask summed over slots).
+  const at::Tensor& counts() const { return counts_; }
   /// Steps in which each client has at least one real example, [k] float (SCAFFOLD's K_i).
   at::Tensor client_steps() const;
 
@@ -52,6 +54,7 @@ class ClientBatches {
   at::Tensor y_;
   at::Tensor index_;  // [steps, k, B] rows of x_
   at::Tensor mask_;   // [steps, k, B]
+  at::Tensor counts_;
   at::Tensor examples_;
   std::vector<int64_t> widths_;  // per step: the most real examples any client has in it
 
