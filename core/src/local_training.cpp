@@ -1,6 +1,7 @@
 #include <fax/local_training.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 
 #include <ATen/ATen.h>
@@ -143,14 +144,20 @@ at::Tensor per_row(const at::Tensor& rates, const at::Tensor& like) {
 // and no new buffers (p - s * g rounds the same as p + (-1 * s) * g).
 void sgd_in_place(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads, const at::Tensor& rates) {
   at::NoGradGuard no_grad;
-  for (size_t j = 0; j < params.size(); ++j) params[j].detach().addcmul_(per_row(rates, params[j]), grads[j], -1);
+  // The rates shaped once per parameter rank and type (a model's weights share one, its biases another).
+  std::map<std::pair<int64_t, at::ScalarType>, at::Tensor> shaped;
+  for (size_t j = 0; j < params.size(); ++j) {
+    at::Tensor& r = shaped[{params[j].dim(), params[j].scalar_type()}];
+    if (!r.defined()) r = per_row(rates, params[j]);
+    params[j].addcmul_(r, grads[j], -1);
+  }
 }
 
 // The gradients of a step's summed per-client objectives: clients are independent, so the
 // gradient of the sum holds each client's own gradient.
 std::vector<at::Tensor> client_gradients(const at::Tensor& per_client, const std::vector<at::Tensor>& inputs,
                                          bool create_graph) {
-  return torch::autograd::grad({per_client.sum()}, inputs, {}, true, create_graph);
+  return torch::autograd::grad({per_client.sum()}, inputs, {}, create_graph, create_graph);
 }
 
 // local_sgd with the input layer in factored form (LocalSgdOptions::factor_input_layer): blocks of

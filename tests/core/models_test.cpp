@@ -83,14 +83,15 @@ TEST_F(ModelsTest, GroupedConvolutionEqualsPerClientConvolution) {
 // fax::max_pool2 runs its own kernel; it must pick max_pool2d's corner everywhere (ties, NaN,
 // -inf, odd sizes, a grouped convolution's transposed layout), so values, gradients and second
 // derivatives carry max_pool2d's bits.
-TEST_F(ModelsTest, MaxPoolMatchesLibTorchBitwise) {
-  // Same NaNs, and the same bits elsewhere (so -0 and +0 differ).
-  const auto same = [](const at::Tensor& a, const at::Tensor& b) {
-    const auto bits = [](const at::Tensor& t) {
-      return t.nan_to_num(0).contiguous().view(t.scalar_type() == at::kFloat ? at::kInt : at::kLong);
-    };
-    return a.sizes() == b.sizes() && at::equal(a.isnan(), b.isnan()) && at::equal(bits(a), bits(b));
+// Same NaNs, and the same bits elsewhere (so -0 and +0 differ).
+bool same(const at::Tensor& a, const at::Tensor& b) {
+  const auto bits = [](const at::Tensor& t) {
+    return t.nan_to_num(0).contiguous().view(t.scalar_type() == at::kFloat ? at::kInt : at::kLong);
   };
+  return a.sizes() == b.sizes() && at::equal(a.isnan(), b.isnan()) && at::equal(bits(a), bits(b));
+}
+
+TEST_F(ModelsTest, MaxPoolMatchesLibTorchBitwise) {
   for (const auto dtype : {at::kFloat, at::kDouble}) {
     // [b, k, c, h, w] memory viewed as [k, b, c, h, w]; relu's zeros and rounding make ties.
     at::Tensor base = at::relu(at::randn({2, 3, 4, 7, 9}, dtype)).mul(4).round();
@@ -233,6 +234,34 @@ TEST_F(ModelsTest, LinearPerClientMatchesBaddbmm) {
   EXPECT_THROW(fax::linear(x, w, at::randn({2, 4})), Error);
   EXPECT_THROW(fax::linear(x, at::randn({2, 5, 3}), b), Error);
   EXPECT_THROW(fax::linear(x, w.to(at::kDouble), b.to(at::kDouble)), Error);
+}
+
+// cross_entropy per label, [k, b] and [k, b, t], against the log-probability of the label negated:
+// the same bits in values, gradients and second derivatives; a label out of range is an error.
+TEST_F(ModelsTest, CrossEntropyIsTheNegatedLogProbabilityBitwise) {
+  for (const auto dtype : {at::kFloat, at::kDouble}) {
+    for (const std::vector<int64_t>& shape : {std::vector<int64_t>{3, 5}, {2, 3, 4}}) {
+      std::vector<int64_t> logits_shape = shape;
+      logits_shape.push_back(7);
+      const at::Tensor logits = (4 * at::randn(logits_shape, dtype)).requires_grad_(true);
+      const at::Tensor labels = at::randint(0, 7, shape, at::kLong);
+      const at::Tensor ours = cross_entropy(logits, labels);
+      const at::Tensor theirs = at::log_softmax(logits, -1).gather(-1, labels.unsqueeze(-1)).squeeze(-1).neg();
+      ASSERT_TRUE(same(ours, theirs)) << dtype;
+      const at::Tensor up = at::randn(shape, dtype).requires_grad_(true);
+      const auto grad = [&](const at::Tensor& y) {
+        return torch::autograd::grad({(y * up).sum()}, {logits}, {}, /*retain_graph=*/true, /*create_graph=*/true)[0];
+      };
+      const at::Tensor g_ours = grad(ours), g_theirs = grad(theirs);
+      EXPECT_TRUE(same(g_ours, g_theirs)) << dtype;
+      const at::Tensor v = at::randn(logits_shape, dtype);
+      const auto second = [&](const at::Tensor& g) { return torch::autograd::grad({(g * v).sum()}, {up, logits}); };
+      const auto h_ours = second(g_ours), h_theirs = second(g_theirs);
+      for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(same(h_ours[i], h_theirs[i])) << dtype << " second derivative " << i;
+    }
+  }
+  EXPECT_ANY_THROW(cross_entropy(at::randn({2, 3}), at::tensor({0, 3}, at::kLong)));
+  EXPECT_ANY_THROW(cross_entropy(at::randn({2, 3}), at::tensor({0, -1}, at::kLong)));
 }
 
 TEST_F(ModelsTest, EmbeddingAndLayerNormPerClient) {
