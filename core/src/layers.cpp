@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <initializer_list>
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -23,6 +26,18 @@ bool batched(const at::Tensor& w, int64_t unbatched_dim) { return w.dim() == unb
 // Whether fax's own kernels take x: a CPU tensor of float or double (others go to ATen).
 bool own_kernel_takes(const at::Tensor& x) {
   return x.is_cpu() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble);
+}
+
+// fax's kernels neither promote nor move: `op`'s operands share the first one's type and device.
+void check_alike(const char* op, std::initializer_list<std::reference_wrapper<const at::Tensor>> operands) {
+  const at::Tensor& first = *operands.begin();
+  const bool alike = std::all_of(operands.begin(), operands.end(), [&](const at::Tensor& t) {
+    return t.scalar_type() == first.scalar_type() && t.device() == first.device();
+  });
+  if (alike) return;
+  std::vector<std::string> names;
+  for (const at::Tensor& t : operands) names.push_back(t.toString());
+  throw Error(fmt::format("{}: operands differ in type or device ({})", op, fmt::join(names, ", ")));
 }
 
 // Reshapes a per-client parameter [k, n] (or [n]) to broadcast against [k, ..., n] (or [..., n])
@@ -361,15 +376,13 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bi
   FAX_CHECK(x.size(-1) == w.size(1), "linear: input has {} features, weights take {}", x.size(-1), w.size(1));
   FAX_CHECK(bias.dim() == 2 && bias.size(0) == k && bias.size(1) == n, "linear: bias [{}] does not match weights [{}]",
             fmt::join(bias.sizes(), ", "), fmt::join(w.sizes(), ", "));
-  FAX_CHECK(x.scalar_type() == w.scalar_type() && bias.scalar_type() == w.scalar_type() && x.device() == w.device() &&
-                bias.device() == w.device(),
-            "linear: input, weights and bias differ in type or device ({}, {} and {})", x.toString(), w.toString(),
-            bias.toString());
+  check_alike("linear", {x, w, bias});
   // [k, rows, d]: one product per client; a 3-axis input is that already.
-  const at::Tensor flat = x.dim() == 3 ? x : x.reshape({k, -1, x.size(-1)});
+  const bool rows = x.dim() == 3;
+  const at::Tensor flat = rows ? x : x.reshape({k, -1, x.size(-1)});
   const at::Tensor out =
       own_kernel_takes(w) ? BatchedMatmulFn::apply(flat, w, 1.0, bias) : at::baddbmm(bias.unsqueeze(1), flat, w);
-  if (x.dim() == 3) return out;
+  if (rows) return out;
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
   shape.push_back(n);
   return out.view(shape);
@@ -427,8 +440,7 @@ at::Tensor batched_matmul(const at::Tensor& a, const at::Tensor& b, double scale
                 a.size(-1) == b.size(-2),
             "batched_matmul: shapes [{}] and [{}] do not match ([..., m, k] and [..., k, n])", fmt::join(a.sizes(), ", "),
             fmt::join(b.sizes(), ", "));
-  FAX_CHECK(a.scalar_type() == b.scalar_type() && a.device() == b.device(),
-            "batched_matmul: operands differ in type or device ({} and {})", a.toString(), b.toString());
+  check_alike("batched_matmul", {a, b});
   if (!own_kernel_takes(a)) return scale == 1.0 ? at::matmul(a, b) : at::matmul(a, b) * scale;
   return BatchedMatmulFn::apply(a, b, scale, c10::nullopt);
 }

@@ -62,8 +62,12 @@ ClientBatches::ClientBatches(const ClientChunk& chunk, const FederatedDataset& d
   mask_ = mask_.to(weight_type);
   counts_ = mask_.sum(2);
   // Real slots lead each client's row of a step (the shuffled order fills slots from the start).
-  const at::Tensor widths = counts_.amax(1).to(at::kLong);
-  widths_.assign(widths.data_ptr<int64_t>(), widths.data_ptr<int64_t>() + steps);
+  const auto per_step = [](const at::Tensor& t) {
+    const at::Tensor n = t.to(at::kLong).contiguous();
+    return std::vector<int64_t>(n.data_ptr<int64_t>(), n.data_ptr<int64_t>() + n.numel());
+  };
+  widths_ = per_step(counts_.amax(1));
+  fewest_ = per_step(counts_.amin(1));
   examples_ = at::tensor(sizes, at::kLong).to(weight_type);
 }
 
@@ -111,16 +115,14 @@ class StepTracker {
         // node: the rates' gradient (to a learned step size) is then gathered once, not step by step.
         rates_((step_size * (batches.counts() > 0).to(batches.counts().scalar_type())).unbind(0)),
         sum_(at::zeros({batches.clients()}, batches.examples().options())),
-        seen_(batches.counts().sum(0)) {
-    const at::Tensor fewest = batches.counts().amin(1).to(at::kLong);
-    fewest_.assign(fewest.data_ptr<int64_t>(), fewest.data_ptr<int64_t>() + fewest.numel());
-  }
+        seen_(batches.counts().sum(0)),
+        batches_(batches) {}
 
   // Step `s`, whose batch is `batch`.
   Step step(int64_t s, const at::Tensor& logits, const Batch& batch) {
     const at::Tensor losses = per_example(cross_entropy(logits, batch.y), 2);
     // Every slot real: the mask is all ones, and multiplying by it would change no bit.
-    const at::Tensor total = (fewest_.at(s) == batch.mask.size(1) ? losses : losses * batch.mask).sum(1);
+    const at::Tensor total = (batches_.fewest(s) == batch.mask.size(1) ? losses : losses * batch.mask).sum(1);
     sum_ += total.detach();
     return {total / divisor_.at(s), rates_.at(s)};
   }
@@ -128,8 +130,8 @@ class StepTracker {
 
  private:
   std::vector<at::Tensor> divisor_, rates_;  // per step, [k]
-  std::vector<int64_t> fewest_;  // per step: the fewest real examples any client has in it
   at::Tensor sum_, seen_;
+  const ClientBatches& batches_;
 };
 
 // Per-client `rates` [k] shaped [k, 1, ...] to scale `like` [k, ...], in its dtype (a float64 rate

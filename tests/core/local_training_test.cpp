@@ -107,8 +107,8 @@ TEST_F(LocalTrainingTest, BatchesCoverEveryExampleOncePerEpochAndMaskTheRest) {
 }
 
 // A step is as wide as its widest client: clients 0 and 2 (5 and 3 examples) in batches of 4 over
-// two epochs have 4, 1 | 3, 4 | 1 real examples in steps 0-3 (widths 4, 3, 4, 1); block batches
-// keep all B slots.
+// two epochs have 4, 1 | 3, 4 | 1 real examples in steps 0-3 (widths 4, 3, 4, 1; fewest 3, 1, 0,
+// 0); block batches keep all B slots.
 TEST_F(LocalTrainingTest, StepsAreAsWideAsTheirWidestClient) {
   on_chunk({0, 2}, [&](const ClientChunk& c) {
     const ClientBatches batches(c, *data, 2, 4);
@@ -122,6 +122,7 @@ TEST_F(LocalTrainingTest, StepsAreAsWideAsTheirWidestClient) {
       EXPECT_EQ(b.y.sizes(), (at::IntArrayRef{2, width})) << "step " << s;
       EXPECT_TRUE(at::equal(b.mask.sum(1), expected)) << "step " << s;
       EXPECT_TRUE(at::equal(batches.counts()[s], expected)) << "step " << s;
+      EXPECT_EQ(batches.fewest(s), expected.min().item<int64_t>()) << "step " << s;
       const Batch wide = batches.batches(s, 1);
       EXPECT_EQ(wide.x.size(1), 4);
       EXPECT_TRUE(at::equal(wide.x.narrow(1, 0, width), b.x)) << "step " << s;

@@ -46,6 +46,8 @@ class ClientBatches {
   const at::Tensor& examples() const { return examples_; }
   /// Real examples per step and client, [steps, k] float (the mask summed over slots).
   const at::Tensor& counts() const { return counts_; }
+  /// The fewest real examples any client has in step `step` (equal to a batch's width: no unused slot).
+  int64_t fewest(int64_t step) const { return fewest_.at(step); }
   /// Steps in which each client has at least one real example, [k] float (SCAFFOLD's K_i).
   at::Tensor client_steps() const;
 
@@ -57,6 +59,7 @@ class ClientBatches {
   at::Tensor counts_;
   at::Tensor examples_;
   std::vector<int64_t> widths_;  // per step: the most real examples any client has in it
+  std::vector<int64_t> fewest_;  // per step: the fewest
 
   // Rows `index` [k, rows] of the examples, with their mask [k, rows].
   Batch gather(const at::Tensor& index, const at::Tensor& mask) const;
