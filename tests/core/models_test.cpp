@@ -131,27 +131,31 @@ TEST_F(ModelsTest, MaxPoolMatchesLibTorchBitwise) {
   EXPECT_TRUE(at::equal(fax::max_pool2(half), at::max_pool2d(half, {2, 2}, {2, 2})));
 }
 
-// ours(inputs) against theirs(inputs), in double: values, gradients with respect to every input
-// that requires one, and second derivatives (of the gradients' inner product with random
-// directions, with respect to the upstream gradient and to the first input).
+// ours(inputs) against theirs(inputs), in the outputs' type: values, gradients with respect to
+// every input that requires one, and second derivatives (of the gradients' inner product with
+// random directions, with respect to the upstream gradient and to the first input), each compared
+// by `equal` (default: to 1e-12).
 using Layer = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
-void expect_same_to_second_order(const Layer& ours_fn, const Layer& theirs_fn, const std::vector<at::Tensor>& inputs) {
+using Compare = std::function<bool(const at::Tensor&, const at::Tensor&)>;
+bool close(const at::Tensor& a, const at::Tensor& b) { return at::allclose(a, b, 1e-12, 1e-12); }
+void expect_same_to_second_order(const Layer& ours_fn, const Layer& theirs_fn, const std::vector<at::Tensor>& inputs,
+                                 const Compare& equal = close) {
   const at::Tensor ours = ours_fn(inputs), theirs = theirs_fn(inputs);
   ASSERT_EQ(ours.sizes(), theirs.sizes());
-  EXPECT_TRUE(at::allclose(ours, theirs, 1e-12, 1e-12)) << (ours - theirs).abs().max().item<double>();
+  EXPECT_TRUE(equal(ours, theirs)) << (ours - theirs).abs().max().item<double>();
   std::vector<at::Tensor> wrt;
   for (const at::Tensor& x : inputs)
     if (x.requires_grad()) wrt.push_back(x);
   if (ours.numel() == 0 || wrt.empty()) return;
-  const at::Tensor up = at::randn(ours.sizes(), at::kDouble).requires_grad_(true);
+  const at::Tensor up = at::randn(ours.sizes(), ours.options()).requires_grad_(true);
   const auto first = [&](const at::Tensor& y) {
     return torch::autograd::grad({(y * up).sum()}, wrt, {}, /*retain_graph=*/true, /*create_graph=*/true);
   };
   const auto g_ours = first(ours), g_theirs = first(theirs);
-  at::Tensor ours_dot = at::zeros({}, at::kDouble), theirs_dot = at::zeros({}, at::kDouble);
+  at::Tensor ours_dot = at::zeros({}, ours.options()), theirs_dot = at::zeros({}, ours.options());
   for (size_t i = 0; i < wrt.size(); ++i) {
-    EXPECT_TRUE(at::allclose(g_ours[i], g_theirs[i], 1e-12, 1e-12)) << "gradient " << i;
-    const at::Tensor v = at::randn(wrt[i].sizes(), at::kDouble);
+    EXPECT_TRUE(equal(g_ours[i], g_theirs[i])) << "gradient " << i;
+    const at::Tensor v = at::randn(wrt[i].sizes(), wrt[i].options());
     ours_dot = ours_dot + (g_ours[i] * v).sum();
     theirs_dot = theirs_dot + (g_theirs[i] * v).sum();
   }
@@ -160,7 +164,7 @@ void expect_same_to_second_order(const Layer& ours_fn, const Layer& theirs_fn, c
   for (size_t i = 0; i < 2; ++i) {
     ASSERT_EQ(h_ours[i].defined(), h_theirs[i].defined()) << "second derivative " << i;
     if (h_ours[i].defined()) {
-      EXPECT_TRUE(at::allclose(h_ours[i], h_theirs[i], 1e-12, 1e-12)) << "second derivative " << i;
+      EXPECT_TRUE(equal(h_ours[i], h_theirs[i])) << "second derivative " << i;
     }
   }
 }
@@ -243,21 +247,14 @@ TEST_F(ModelsTest, CrossEntropyIsTheNegatedLogProbabilityBitwise) {
     for (const std::vector<int64_t>& shape : {std::vector<int64_t>{3, 5}, {2, 3, 4}}) {
       std::vector<int64_t> logits_shape = shape;
       logits_shape.push_back(7);
+      SCOPED_TRACE(c10::toString(dtype));
       const at::Tensor logits = (4 * at::randn(logits_shape, dtype)).requires_grad_(true);
       const at::Tensor labels = at::randint(0, 7, shape, at::kLong);
-      const at::Tensor ours = cross_entropy(logits, labels);
-      const at::Tensor theirs = at::log_softmax(logits, -1).gather(-1, labels.unsqueeze(-1)).squeeze(-1).neg();
-      ASSERT_TRUE(same(ours, theirs)) << dtype;
-      const at::Tensor up = at::randn(shape, dtype).requires_grad_(true);
-      const auto grad = [&](const at::Tensor& y) {
-        return torch::autograd::grad({(y * up).sum()}, {logits}, {}, /*retain_graph=*/true, /*create_graph=*/true)[0];
-      };
-      const at::Tensor g_ours = grad(ours), g_theirs = grad(theirs);
-      EXPECT_TRUE(same(g_ours, g_theirs)) << dtype;
-      const at::Tensor v = at::randn(logits_shape, dtype);
-      const auto second = [&](const at::Tensor& g) { return torch::autograd::grad({(g * v).sum()}, {up, logits}); };
-      const auto h_ours = second(g_ours), h_theirs = second(g_theirs);
-      for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(same(h_ours[i], h_theirs[i])) << dtype << " second derivative " << i;
+      expect_same_to_second_order([](const auto& in) { return cross_entropy(in[0], in[1]); },
+                                  [](const auto& in) {
+                                    return at::log_softmax(in[0], -1).gather(-1, in[1].unsqueeze(-1)).squeeze(-1).neg();
+                                  },
+                                  {logits, labels}, same);
     }
   }
   EXPECT_ANY_THROW(cross_entropy(at::randn({2, 3}), at::tensor({0, 3}, at::kLong)));
