@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config
-  libtorch-dev libopenblas0-openmp
+  libtorch-dev libopenblas0-openmp libdnnl-dev
   libtensorpipe-dev libgloo-dev libyaml-cpp-dev libfmt-dev libcli11-dev
   libhdf5-dev libgtest-dev zlib1g-dev libgoogle-perftools-dev
   dataset-fashion-mnist python3-h5py bc

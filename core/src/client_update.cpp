@@ -5,6 +5,8 @@
 
 #include <ATen/ATen.h>
 
+#include <fax/layers.h>
+
 namespace fax {
 namespace {
 // The loss, the kept flag and the extras ride along with the deltas in one clients value, under
@@ -118,7 +120,7 @@ at::Tensor input_layer_sum(const TensorTree& trained, const std::string& weight,
   const at::Tensor& x = trained.at(kFactorX);
   const at::Tensor& u = trained.at(kFactorU);
   const at::Tensor weighted_u = u * weights.view({-1, 1, 1}).to(u.scalar_type());
-  return at::mm(x.reshape({-1, x.size(2)}).t(), weighted_u.reshape({-1, u.size(2)}));
+  return batched_matmul(x.reshape({-1, x.size(2)}).t(), weighted_u.reshape({-1, u.size(2)}));
 }
 
 }  // namespace

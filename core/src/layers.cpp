@@ -12,7 +12,9 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/Parallel.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <fax/error.h>
@@ -252,29 +254,36 @@ std::vector<int64_t> storage_order(const at::Tensor& x) {
   return order;
 }
 
-// Fortran BLAS, the library LibTorch's own CPU products call (OpenBLAS here).
-extern "C" {
-void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const float* alpha,
-            const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c,
-            const int* ldc);
-void dgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const double* alpha,
-            const double* a, const int* lda, const double* b, const int* ldb, const double* beta, double* c,
-            const int* ldc);
+// Fortran BLAS (OpenBLAS here), for double.
+extern "C" void dgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
+                       const double* alpha, const double* a, const int* lda, const double* b, const int* ldb,
+                       const double* beta, double* c, const int* ldc);
+
+// Row-major c [m, n] = alpha op(a) op(b) + beta c, beta 0 or 1. Float goes to oneDNN's sgemm (the
+// library LibTorch's convolutions run in): its JIT kernels use the CPU's widest vector units,
+// 2-3x OpenBLAS's pinned AVX2 kernels on an AVX-512 host for every shape fax's models use (see
+// experiments/bench/RESULTS.md). oneDNN has no double GEMM.
+void gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
+          int64_t ldb, float beta, float* c, int64_t ldc) {
+  const dnnl_status_t status = dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  FAX_CHECK(status == dnnl_success, "batched_matmul: oneDNN's sgemm failed on {}x{} by {}x{} (status {})", m, k, k, n,
+            static_cast<int>(status));
 }
 
-// c = alpha a b + beta c, beta 0 or 1.
-void gemm(char ta, char tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
-          float beta, float* c, int ldc) {
-  sgemm_(&ta, &tb, &m, &n, &k, &alpha, a, &lda, b, &ldb, &beta, c, &ldc);
+void gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
+          const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  constexpr int64_t kMax = std::numeric_limits<int>::max();
+  FAX_CHECK(std::max({m, n, k, lda, ldb, ldc}) <= kMax, "batched_matmul: a matrix of {}x{} by {}x{} is too large for BLAS",
+            m, k, k, n);
+  const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k), lda_i = static_cast<int>(lda),
+            ldb_i = static_cast<int>(ldb), ldc_i = static_cast<int>(ldc);
+  // Row-major c = op(a) op(b) is column-major c^T = op(b)^T op(a)^T.
+  dgemm_(&tb, &ta, &ni, &mi, &ki, &alpha, b, &ldb_i, a, &lda_i, &beta, c, &ldc_i);
 }
 
-void gemm(char ta, char tb, int m, int n, int k, double alpha, const double* a, int lda, const double* b, int ldb,
-          double beta, double* c, int ldc) {
-  dgemm_(&ta, &tb, &m, &n, &k, &alpha, a, &lda, b, &ldb, &beta, c, &ldc);
-}
-
-// A row-major matrix [rows, cols] as BLAS sees it (column-major): itself transposed ('N') when its
-// columns are adjacent, itself ('T') when its rows are; `ld` the step between the others.
+// A row-major matrix [rows, cols] as a row-major GEMM reads it: itself ('N') when its columns are
+// adjacent, `ld` the step between rows; its transpose stored row-major ('T') when its rows are,
+// `ld` the step between columns.
 struct BlasOperand {
   char trans;
   int64_t ld;
@@ -294,22 +303,19 @@ BlasOperand readable_operand(at::Tensor& x) {
   return *blas_operand(x);
 }
 
-// scale * a b, plus `bias` [..., n] on every row when it is defined (BLAS adds the product to it,
-// as baddbmm does).
-at::Tensor batched_matmul_kernel(at::Tensor a, at::Tensor b, double scale, const at::Tensor& bias) {
+// scale * a b, plus `addend` (broadcast to [..., m, n]) when it is defined: GEMM adds the product
+// to it in place, as baddbmm does.
+at::Tensor batched_matmul_kernel(at::Tensor a, at::Tensor b, double scale, const at::Tensor& addend) {
   const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
   std::vector<int64_t> shape(a.sizes().begin(), a.sizes().end() - 1);
   shape.push_back(n);
   at::Tensor out = at::empty(shape, a.options());
-  if (bias.defined()) out.copy_(bias.unsqueeze(-2).expand(shape));
+  if (addend.defined()) out.copy_(addend.expand(shape));
   if (out.numel() == 0) return out;
-  if (k == 0) return bias.defined() ? out : out.zero_();
+  if (k == 0) return addend.defined() ? out : out.zero_();
   const BlasOperand la = readable_operand(a), lb = readable_operand(b);
   const int64_t lead = a.dim() - 2;
   const int64_t matrices = out.numel() / (m * n);
-  constexpr int64_t kMax = std::numeric_limits<int>::max();
-  FAX_CHECK(std::max({m, n, k, la.ld, lb.ld}) <= kMax, "batched_matmul: a matrix of {}x{} by {}x{} is too large for BLAS",
-            m, k, k, n);
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "fax::batched_matmul", [&] {
     const scalar_t* ap = a.data_ptr<scalar_t>();
     const scalar_t* bp = b.data_ptr<scalar_t>();
@@ -317,10 +323,8 @@ at::Tensor batched_matmul_kernel(at::Tensor a, at::Tensor b, double scale, const
     std::vector<int64_t> index(lead, 0);
     int64_t a_offset = 0, b_offset = 0;
     for (int64_t i = 0; i < matrices; ++i) {
-      // Row-major out = a b is column-major out^T = b^T a^T.
-      gemm(lb.trans, la.trans, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
-           static_cast<scalar_t>(scale), bp + b_offset, static_cast<int>(lb.ld), ap + a_offset,
-           static_cast<int>(la.ld), static_cast<scalar_t>(bias.defined() ? 1 : 0), cp + i * m * n, static_cast<int>(n));
+      gemm(la.trans, lb.trans, m, n, k, static_cast<scalar_t>(scale), ap + a_offset, la.ld, bp + b_offset, lb.ld,
+           static_cast<scalar_t>(addend.defined() ? 1 : 0), cp + i * m * n, n);
       // The next leading index, odometer-style.
       for (int64_t axis = lead - 1; axis >= 0; --axis) {
         a_offset += a.stride(axis);
@@ -336,29 +340,30 @@ at::Tensor batched_matmul_kernel(at::Tensor a, at::Tensor b, double scale, const
 }
 
 // d(a b)/da = g b^T and d(a b)/db = a^T g, both products of this function again: transposes are
-// views it reads in place, and the backward is differentiable in turn. The bias's gradient is g
-// summed over rows. Only the gradients autograd asks for are computed (a layer's input often needs
-// none).
+// views it reads in place, and the backward is differentiable in turn. The addend's gradient is g
+// summed to its shape. Only the gradients autograd asks for are computed (a layer's input often
+// needs none).
 struct BatchedMatmulFn : public torch::autograd::Function<BatchedMatmulFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b, double scale,
-                            const c10::optional<at::Tensor>& bias) {
+                            const c10::optional<at::Tensor>& addend) {
     ctx->save_for_backward({a, b});
     ctx->saved_data["scale"] = scale;
-    ctx->saved_data["bias"] = bias.has_value();
-    return batched_matmul_kernel(a, b, scale, bias.value_or(at::Tensor()));
+    if (addend) ctx->saved_data["addend"] = addend->sizes().vec();
+    return batched_matmul_kernel(a, b, scale, addend.value_or(at::Tensor()));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const double scale = ctx->saved_data["scale"].toDouble();
     const at::Tensor& g = grads[0];
-    // Inputs count by tensor given (a, b, a bias); the gradients returned, by argument (the scale's too).
+    // Inputs count by tensor given (a, b, an addend); the gradients returned, by argument (the scale's too).
     const auto wanted = [&](size_t input, const auto& gradient) {
       return ctx->needs_input_grad(input) ? gradient() : at::Tensor();
     };
-    const bool bias = ctx->saved_data["bias"].toBool();
+    const auto addend = ctx->saved_data.find("addend");
     return {wanted(0, [&] { return batched_matmul(g, saved[1].transpose(-2, -1), scale); }),
             wanted(1, [&] { return batched_matmul(saved[0].transpose(-2, -1), g, scale); }), at::Tensor(),
-            bias ? wanted(2, [&] { return g.sum(-2); }) : at::Tensor()};
+            addend == ctx->saved_data.end() ? at::Tensor()
+                                            : wanted(2, [&] { return at::sum_to(g, addend->second.toIntVector()); })};
   }
 };
 
@@ -369,7 +374,8 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bi
     const at::Tensor flat = x.reshape({-1, x.size(-1)});
     std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
     shape.push_back(w.size(1));
-    return at::addmm(bias, flat, w).view(shape);
+    check_alike("linear", {x, w, bias});
+    return (own_kernel_takes(w) ? BatchedMatmulFn::apply(flat, w, 1.0, bias) : at::addmm(bias, flat, w)).view(shape);
   }
   const int64_t k = w.size(0), n = w.size(2);
   FAX_CHECK(x.size(0) == k, "linear: input has {} clients, weights {}", x.size(0), k);
@@ -381,7 +387,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bi
   const bool rows = x.dim() == 3;
   const at::Tensor flat = rows ? x : x.reshape({k, -1, x.size(-1)});
   const at::Tensor out =
-      own_kernel_takes(w) ? BatchedMatmulFn::apply(flat, w, 1.0, bias) : at::baddbmm(bias.unsqueeze(1), flat, w);
+      own_kernel_takes(w) ? BatchedMatmulFn::apply(flat, w, 1.0, bias.unsqueeze(1)) : at::baddbmm(bias.unsqueeze(1), flat, w);
   if (rows) return out;
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
   shape.push_back(n);
@@ -435,14 +441,25 @@ at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& gamma, const at::Te
   return normalized * per_client(gamma, middle, is_batched) + per_client(beta, middle, is_batched);
 }
 
-at::Tensor batched_matmul(const at::Tensor& a, const at::Tensor& b, double scale) {
+at::Tensor batched_matmul(const at::Tensor& a, const at::Tensor& b, double scale, const at::Tensor& addend) {
   FAX_CHECK(a.dim() >= 2 && a.dim() == b.dim() && a.sizes().slice(0, a.dim() - 2) == b.sizes().slice(0, b.dim() - 2) &&
                 a.size(-1) == b.size(-2),
             "batched_matmul: shapes [{}] and [{}] do not match ([..., m, k] and [..., k, n])", fmt::join(a.sizes(), ", "),
             fmt::join(b.sizes(), ", "));
   check_alike("batched_matmul", {a, b});
-  if (!own_kernel_takes(a)) return scale == 1.0 ? at::matmul(a, b) : at::matmul(a, b) * scale;
-  return BatchedMatmulFn::apply(a, b, scale, c10::nullopt);
+  const c10::optional<at::Tensor> add = addend.defined() ? c10::optional<at::Tensor>(addend) : c10::nullopt;
+  if (add) {
+    check_alike("batched_matmul", {a, *add});
+    std::vector<int64_t> shape(a.sizes().begin(), a.sizes().end() - 1);
+    shape.push_back(b.size(-1));
+    FAX_CHECK(at::is_expandable_to(add->sizes(), shape), "batched_matmul: addend [{}] does not broadcast to [{}]",
+              fmt::join(add->sizes(), ", "), fmt::join(shape, ", "));
+  }
+  if (!own_kernel_takes(a)) {
+    const at::Tensor product = scale == 1.0 ? at::matmul(a, b) : at::matmul(a, b) * scale;
+    return add ? product + *add : product;
+  }
+  return BatchedMatmulFn::apply(a, b, scale, add);
 }
 
 at::Tensor causal_self_attention(const at::Tensor& x, const at::Tensor& w_qkv, const at::Tensor& b_qkv,

@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <fax/error.h>
+#include <fax/layers.h>
 
 namespace fax {
 
@@ -184,7 +185,7 @@ LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, c
   // f W for rows f [k, n, d]; clients that start from one broadcast W (a stride-0 clients axis)
   // share one product.
   const auto times_w = [&](const at::Tensor& f) {
-    return w.stride(0) == 0 ? at::matmul(f.reshape({-1, d}), w[0]).view({k, f.size(1), h}) : at::bmm(f, w);
+    return w.stride(0) == 0 ? batched_matmul(f.reshape({-1, d}), w[0]).view({k, f.size(1), h}) : batched_matmul(f, w);
   };
   for (int64_t first = 0; first < batches.steps(); first += block) {
     const int64_t count = std::min(block, batches.steps() - first);
@@ -194,7 +195,8 @@ LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, c
     const at::Tensor x = layer.learned_features ? at::empty({k, count * b, d}, w.options())
                                                 : model.input_features(rest, rows.x);
     const at::Tensor xw = layer.learned_features ? at::Tensor() : times_w(x);
-    const at::Tensor gram = layer.learned_features || count == 1 ? at::Tensor() : at::bmm(x, x.transpose(1, 2));
+    const at::Tensor gram =
+        layer.learned_features || count == 1 ? at::Tensor() : batched_matmul(x, x.transpose(1, 2));
     const at::Tensor u = at::empty({k, count * b, h}, w.options());
     for (int64_t j = 0; j < count; ++j) {
       const auto step_rows = [&](const at::Tensor& t) { return t.narrow(1, j * b, b); };
@@ -202,14 +204,14 @@ LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, c
       at::Tensor z;
       if (!layer.learned_features) {
         z = step_rows(xw) + bias.unsqueeze(1);
-        if (j > 0) z.sub_(at::bmm(step_rows(gram).narrow(2, 0, j * b), earlier(u)));
+        if (j > 0) z.sub_(batched_matmul(step_rows(gram).narrow(2, 0, j * b), earlier(u)));
         z.requires_grad_(true);
       } else {
         // f(x_s) depends on this step's parameters: its product and Gram rows join the graph.
         const at::Tensor f = model.input_features(rest, step_rows(rows.x));
         step_rows(x).copy_(f.detach());
         z = times_w(f) + bias.unsqueeze(1);
-        if (j > 0) z = z - at::bmm(at::bmm(f, earlier(x).transpose(1, 2)), earlier(u));
+        if (j > 0) z = z - batched_matmul(batched_matmul(f, earlier(x).transpose(1, 2)), earlier(u));
       }
       const Step step = tracker.step(first + j, model.forward_from_input_layer(rest, z),
                                      {step_rows(rows.x), step_rows(rows.y), step_rows(rows.mask)});
@@ -227,7 +229,7 @@ LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, c
       break;
     }
     at::NoGradGuard no_grad;
-    w = at::baddbmm(w, x.transpose(1, 2), u, 1, -1);
+    w = batched_matmul(x.transpose(1, 2), u, -1.0, w);
   }
   TensorTree params;  // in start's order
   for (const auto& [name, t] : start) {

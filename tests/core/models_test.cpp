@@ -138,6 +138,9 @@ TEST_F(ModelsTest, MaxPoolMatchesLibTorchBitwise) {
 using Layer = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
 using Compare = std::function<bool(const at::Tensor&, const at::Tensor&)>;
 bool close(const at::Tensor& a, const at::Tensor& b) { return at::allclose(a, b, 1e-12, 1e-12); }
+bool close_float(const at::Tensor& a, const at::Tensor& b) { return at::allclose(a, b, 1e-5, 1e-5); }
+// `close` for double, `close_float` for float.
+Compare close_in(at::ScalarType type) { return type == at::kFloat ? Compare(close_float) : Compare(close); }
 void expect_same_to_second_order(const Layer& ours_fn, const Layer& theirs_fn, const std::vector<at::Tensor>& inputs,
                                  const Compare& equal = close) {
   const at::Tensor ours = ours_fn(inputs), theirs = theirs_fn(inputs);
@@ -169,8 +172,6 @@ void expect_same_to_second_order(const Layer& ours_fn, const Layer& theirs_fn, c
   }
 }
 
-at::Tensor randn64(at::IntArrayRef shape) { return at::randn(shape, at::kDouble); }
-
 // Leaves to differentiate with respect to.
 std::vector<at::Tensor> leaves(const std::vector<at::Tensor>& xs) {
   std::vector<at::Tensor> out;
@@ -180,38 +181,71 @@ std::vector<at::Tensor> leaves(const std::vector<at::Tensor>& xs) {
 
 // batched_matmul against at::matmul (times the scale), for operands laid out row-major,
 // column-major (a transposed view), as heads of a fused projection (permuted, strided leading
-// axes), with no unit stride (copied first) and with degenerate sizes; float values too.
+// axes), with no unit stride (copied first) and with degenerate sizes; in double (BLAS) and float
+// (oneDNN), each to its own precision.
 TEST_F(ModelsTest, BatchedMatmulMatchesMatmulInEveryLayout) {
   const double scale = 0.3;
-  const auto check = [&](const at::Tensor& a, const at::Tensor& b, const std::string& what) {
-    SCOPED_TRACE(what);
-    expect_same_to_second_order([&](const auto& in) { return fax::batched_matmul(in[0], in[1], scale); },
-                                [&](const auto& in) { return at::matmul(in[0], in[1]) * scale; }, leaves({a, b}));
-    EXPECT_TRUE(fax::batched_matmul(a, b).is_contiguous());
-  };
-  check(randn64({2, 3, 4, 5}), randn64({2, 3, 5, 6}), "row-major");
-  check(randn64({2, 3, 5, 4}).transpose(-2, -1), randn64({2, 3, 6, 5}).transpose(-2, -1), "column-major");
-  // q and k heads of a fused [n, t, 3, h, hd] projection, as attention reads them.
-  const std::vector<at::Tensor> qkv = randn64({2, 7, 3, 4, 5}).permute({2, 0, 3, 1, 4}).unbind(0);
-  check(qkv[0], qkv[1].transpose(-2, -1), "heads of a fused projection");
-  check(randn64({2, 4, 7, 7}), qkv[2], "attention weights by v heads");
-  check(randn64({3, 4, 10}).narrow(-1, 0, 9).slice(-1, 0, 9, 2), randn64({3, 5, 2}), "no unit stride");
-  check(randn64({3, 1, 4}), randn64({3, 4, 1}), "a row by a column");
-  check(randn64({3, 4, 1}), randn64({3, 1, 5}), "an outer product");
-  check(randn64({2, 5}), randn64({5, 3}), "no leading axis");
-  check(randn64({2, 3, 0}), randn64({2, 0, 4}), "empty inner axis");
-  check(randn64({0, 3, 4}), randn64({0, 4, 2}), "no matrices");
+  for (const at::ScalarType type : {at::kDouble, at::kFloat}) {
+    const auto rand = [&](at::IntArrayRef shape) { return at::randn(shape, type); };
+    const auto check = [&](const at::Tensor& a, const at::Tensor& b, const std::string& what) {
+      SCOPED_TRACE(what + " in " + c10::toString(type));
+      expect_same_to_second_order([&](const auto& in) { return fax::batched_matmul(in[0], in[1], scale); },
+                                  [&](const auto& in) { return at::matmul(in[0], in[1]) * scale; }, leaves({a, b}),
+                                  close_in(type));
+      EXPECT_TRUE(fax::batched_matmul(a, b).is_contiguous());
+    };
+    check(rand({2, 3, 4, 5}), rand({2, 3, 5, 6}), "row-major");
+    check(rand({2, 3, 5, 4}).transpose(-2, -1), rand({2, 3, 6, 5}).transpose(-2, -1), "column-major");
+    // q and k heads of a fused [n, t, 3, h, hd] projection, as attention reads them.
+    const std::vector<at::Tensor> qkv = rand({2, 7, 3, 4, 5}).permute({2, 0, 3, 1, 4}).unbind(0);
+    check(qkv[0], qkv[1].transpose(-2, -1), "heads of a fused projection");
+    check(rand({2, 4, 7, 7}), qkv[2], "attention weights by v heads");
+    check(rand({3, 4, 10}).narrow(-1, 0, 9).slice(-1, 0, 9, 2), rand({3, 5, 2}), "no unit stride");
+    check(rand({3, 1, 4}), rand({3, 4, 1}), "a row by a column");
+    check(rand({3, 4, 1}), rand({3, 1, 5}), "an outer product");
+    check(rand({2, 5}), rand({5, 3}), "no leading axis");
+    check(rand({2, 3, 0}), rand({2, 0, 4}), "empty inner axis");
+    check(rand({0, 3, 4}), rand({0, 4, 2}), "no matrices");
+  }
   const at::Tensor a = at::randn({4, 6, 8}), b = at::randn({4, 8, 3});
-  EXPECT_TRUE(at::allclose(fax::batched_matmul(a.transpose(-2, -1).contiguous().transpose(-2, -1), b),
-                           at::matmul(a, b), 1e-5, 1e-5)) << "float";
   EXPECT_THROW(fax::batched_matmul(a, b.transpose(-2, -1)), Error);
   EXPECT_THROW(fax::batched_matmul(a, at::randn({3, 8, 3})), Error);
+  EXPECT_THROW(fax::batched_matmul(a, b.to(at::kDouble)), Error);
+}
+
+// batched_matmul with an addend against at::matmul plus it: a full [..., m, n] addend (transposed
+// too), a row broadcast to every row ([..., 1, n] and [n]), one broadcast to every matrix (a
+// stride-0 leading axis), an empty inner axis (the addend alone); values, gradients (the addend's
+// summed to its shape) and second derivatives, in double and float. An addend that does not
+// broadcast, or of another type, is an error.
+TEST_F(ModelsTest, BatchedMatmulAddsItsAddend) {
+  const double scale = -0.7;
+  for (const at::ScalarType type : {at::kDouble, at::kFloat}) {
+    const auto rand = [&](at::IntArrayRef shape) { return at::randn(shape, type); };
+    const auto check = [&](const std::vector<at::Tensor>& in, const std::string& what) {
+      SCOPED_TRACE(what + " in " + c10::toString(type));
+      expect_same_to_second_order([&](const auto& x) { return fax::batched_matmul(x[0], x[1], scale, x[2]); },
+                                  [&](const auto& x) { return at::matmul(x[0], x[1]) * scale + x[2]; }, in,
+                                  close_in(type));
+    };
+    check(leaves({rand({3, 4, 5}), rand({3, 5, 6}), rand({3, 4, 6})}), "full");
+    const std::vector<at::Tensor> t = leaves({rand({3, 4, 5}), rand({3, 5, 6}), rand({3, 6, 4})});
+    check({t[0], t[1], t[2].transpose(-2, -1)}, "transposed");
+    check(leaves({rand({3, 4, 5}), rand({3, 5, 6}), rand({3, 1, 6})}), "a row per matrix");
+    check(leaves({rand({4, 5}), rand({5, 6}), rand({6})}), "a row, no leading axis");
+    const std::vector<at::Tensor> s = leaves({rand({3, 4, 5}), rand({3, 5, 6}), rand({1, 4, 6})});
+    check({s[0], s[1], s[2].expand({3, 4, 6})}, "broadcast matrix");
+    check(leaves({rand({2, 3, 0}), rand({2, 0, 4}), rand({2, 3, 4})}), "empty inner axis");
+  }
+  const at::Tensor a = at::randn({2, 3, 4}), b = at::randn({2, 4, 5});
+  EXPECT_THROW(fax::batched_matmul(a, b, 1.0, at::randn({2, 4, 5})), Error);
+  EXPECT_THROW(fax::batched_matmul(a, b, 1.0, at::randn({2, 3, 5}, at::kDouble)), Error);
 }
 
 // A per-client linear layer against baddbmm (each client's rows times its weights plus its bias):
 // inputs with one and two example axes, weights broadcast to every client (a stride-0 clients
-// axis), an input that needs no gradient (a model's data), an empty inner axis; float values and
-// mismatched shapes too.
+// axis), an input that needs no gradient (a model's data), an empty inner axis; in double and
+// float; mismatched shapes too.
 TEST_F(ModelsTest, LinearPerClientMatchesBaddbmm) {
   const auto reference = [](const std::vector<at::Tensor>& in) {
     const at::Tensor& x = in[0];
@@ -221,23 +255,43 @@ TEST_F(ModelsTest, LinearPerClientMatchesBaddbmm) {
     return at::baddbmm(in[2].unsqueeze(1), rows, in[1]).view(shape);
   };
   const auto ours = [](const std::vector<at::Tensor>& in) { return fax::linear(in[0], in[1], in[2]); };
-  const auto check = [&](const std::vector<at::Tensor>& in, const std::string& what) {
-    SCOPED_TRACE(what);
-    expect_same_to_second_order(ours, reference, in);
-  };
-  check(leaves({randn64({3, 5, 4}), randn64({3, 4, 6}), randn64({3, 6})}), "rows");
-  check(leaves({randn64({3, 2, 5, 4}), randn64({3, 4, 6}), randn64({3, 6})}), "sequences of rows");
-  const std::vector<at::Tensor> shared = leaves({randn64({1, 4, 6}), randn64({1, 6})});
-  check({randn64({3, 5, 4}).requires_grad_(true), shared[0].expand({3, 4, 6}), shared[1].expand({3, 6})},
-        "broadcast weights");
-  const std::vector<at::Tensor> params = leaves({randn64({3, 4, 6}), randn64({3, 6})});
-  check({randn64({3, 5, 4}), params[0], params[1]}, "data input");
-  check(leaves({randn64({3, 5, 0}), randn64({3, 0, 6}), randn64({3, 6})}), "empty inner axis");
+  for (const at::ScalarType type : {at::kDouble, at::kFloat}) {
+    const auto rand = [&](at::IntArrayRef shape) { return at::randn(shape, type); };
+    const auto check = [&](const std::vector<at::Tensor>& in, const std::string& what) {
+      SCOPED_TRACE(what + " in " + c10::toString(type));
+      expect_same_to_second_order(ours, reference, in, close_in(type));
+    };
+    check(leaves({rand({3, 5, 4}), rand({3, 4, 6}), rand({3, 6})}), "rows");
+    check(leaves({rand({3, 2, 5, 4}), rand({3, 4, 6}), rand({3, 6})}), "sequences of rows");
+    const std::vector<at::Tensor> shared = leaves({rand({1, 4, 6}), rand({1, 6})});
+    check({rand({3, 5, 4}).requires_grad_(true), shared[0].expand({3, 4, 6}), shared[1].expand({3, 6})},
+          "broadcast weights");
+    const std::vector<at::Tensor> params = leaves({rand({3, 4, 6}), rand({3, 6})});
+    check({rand({3, 5, 4}), params[0], params[1]}, "data input");
+    check(leaves({rand({3, 5, 0}), rand({3, 0, 6}), rand({3, 6})}), "empty inner axis");
+  }
   const at::Tensor x = at::randn({2, 5, 4}), w = at::randn({2, 4, 3}), b = at::randn({2, 3});
-  EXPECT_TRUE(at::allclose(fax::linear(x, w, b), reference({x, w, b}), 1e-5, 1e-5)) << "float";
   EXPECT_THROW(fax::linear(x, w, at::randn({2, 4})), Error);
   EXPECT_THROW(fax::linear(x, at::randn({2, 5, 3}), b), Error);
   EXPECT_THROW(fax::linear(x, w.to(at::kDouble), b.to(at::kDouble)), Error);
+}
+
+// A linear layer without a clients axis against addmm, for [b, in] and [b, t, in] inputs, in
+// double and float; operands of mixed types are an error.
+TEST_F(ModelsTest, LinearWithoutClientsMatchesAddmm) {
+  const auto reference = [](const std::vector<at::Tensor>& in) {
+    std::vector<int64_t> shape(in[0].sizes().begin(), in[0].sizes().end() - 1);
+    shape.push_back(in[1].size(1));
+    return at::addmm(in[2], in[0].reshape({-1, in[0].size(-1)}), in[1]).view(shape);
+  };
+  const auto ours = [](const std::vector<at::Tensor>& in) { return fax::linear(in[0], in[1], in[2]); };
+  for (const at::ScalarType type : {at::kDouble, at::kFloat}) {
+    const auto rand = [&](at::IntArrayRef shape) { return at::randn(shape, type); };
+    SCOPED_TRACE(c10::toString(type));
+    expect_same_to_second_order(ours, reference, leaves({rand({5, 4}), rand({4, 6}), rand({6})}), close_in(type));
+    expect_same_to_second_order(ours, reference, leaves({rand({2, 5, 4}), rand({4, 6}), rand({6})}), close_in(type));
+  }
+  EXPECT_THROW(fax::linear(at::randn({5, 4}), at::randn({4, 6}, at::kDouble), at::randn({6}, at::kDouble)), Error);
 }
 
 // cross_entropy per label, [k, b] and [k, b, t], against the log-probability of the label negated:

@@ -6,7 +6,7 @@
 
 /// Layers as pure functions of their parameters, batched over clients: when the parameters carry a
 /// leading clients axis of size k, the input carries it too ([k, batch, ...]) and the whole chunk
-/// runs as one kernel (baddbmm, grouped convolution, offset embedding lookups). Without it they are
+/// runs as one kernel (batched GEMM, grouped convolution, offset embedding lookups). Without it they are
 /// ordinary layers on [batch, ...]. Both give the same numbers for each client.
 namespace fax {
 
@@ -28,12 +28,15 @@ at::Tensor embedding(const at::Tensor& ids, const at::Tensor& table);
 /// Normalises the last axis, then scales and shifts by gamma, beta ([k, d] or [d]).
 at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& gamma, const at::Tensor& beta);
 
-/// scale * a @ b for every index of the leading axes a [..., m, k] and b [..., k, n] share (no
-/// broadcasting): out [..., m, n], contiguous. On the CPU in float and double each product is one
-/// BLAS call that reads its operand where it lies (any strides with a unit stride in one of the last
-/// two axes, e.g. a head of attention's fused q/k/v projection), where at::matmul copies such views
-/// and dispatches one ATen call per matrix. Differentiable to any order.
-at::Tensor batched_matmul(const at::Tensor& a, const at::Tensor& b, double scale = 1.0);
+/// scale * a @ b (+ addend, broadcast to [..., m, n], when given) for every index of the leading
+/// axes a [..., m, k] and b [..., k, n] share (no broadcasting): out [..., m, n], contiguous. On the
+/// CPU each product is one GEMM call that reads its operand where it lies (any strides with a unit
+/// stride in one of the last two axes, e.g. a head of attention's fused q/k/v projection), where
+/// at::matmul copies such views and dispatches one ATen call per matrix: float in oneDNN's sgemm
+/// (on an AVX-512 host 2-3x the OpenBLAS kernels LibTorch's own products use), double in BLAS.
+/// Differentiable to any order.
+at::Tensor batched_matmul(const at::Tensor& a, const at::Tensor& b, double scale = 1.0,
+                          const at::Tensor& addend = at::Tensor());
 
 /// Multi-head causal self-attention of x [k, b, t, d] (or [b, t, d]) with fused projections
 /// w_qkv [k, d, 3d], b_qkv [k, 3d] and w_out [k, d, d], b_out [k, d] (or without k).
