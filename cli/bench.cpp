@@ -331,8 +331,10 @@ int bench_command(const BenchOptions& options) {
   }
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int executors = options.executors > 0 ? options.executors : cores;
-  // MLP rounds take a fraction of a second: time enough of them for a stable median.
+  // Rounds of a fraction of a second: time enough of them for a stable median. MLP rounds take a
+  // few hundredths of a second: more of them.
   const int rounds = options.quick ? 7 : 15;
+  const int mlp_rounds = options.quick ? 20 : 40;
   auto say = [&](const std::string& what) {
     std::printf("bench: %s\n", what.c_str());
     std::fflush(stdout);
@@ -342,8 +344,8 @@ int bench_command(const BenchOptions& options) {
   const GemmPeak first_peak = measure_gemm_peak(executors);
 
   say("MLP on Fashion-MNIST, cohort 64: vectorized, then one client at a time");
-  const Timing mlp = bench.time({kFmnist, kMlp, 64, executors, executors, 0, rounds});
-  const Timing mlp_loop = bench.time({kFmnist, kMlp, 64, executors, executors, 1, rounds});
+  const Timing mlp = bench.time({kFmnist, kMlp, 64, executors, executors, 0, mlp_rounds});
+  const Timing mlp_loop = bench.time({kFmnist, kMlp, 64, executors, executors, 1, mlp_rounds});
 
   say("CNN on Fashion-MNIST, cohort 64");
   // Three timed rounds at least: the median of three sets one slow round aside.
@@ -379,18 +381,19 @@ int bench_command(const BenchOptions& options) {
   // bandwidth, which the executors share; the CNN by arithmetic, which they do not.
   say("weak scaling: 1 executor with cohort c, 2 executors with cohort 2c (MLP c=32, CNN c=8)");
   // Twice the rounds: a ratio of two medians of short rounds on a shared machine is noisy.
-  const double mlp_scaling = bench.time({kFmnist, kMlp, 32, 1, 1, 0, 2 * rounds}).round_s /
-                             bench.time({kFmnist, kMlp, 64, 2, 2, 0, 2 * rounds}).round_s;
+  const double mlp_scaling = bench.time({kFmnist, kMlp, 32, 1, 1, 0, 2 * mlp_rounds}).round_s /
+                             bench.time({kFmnist, kMlp, 64, 2, 2, 0, 2 * mlp_rounds}).round_s;
   const double cnn_scaling = bench.time({kFmnist, kCnn, 8, 1, 1, 0, 2 * rounds}).round_s /
                              bench.time({kFmnist, kCnn, 16, 2, 2, 0, 2 * rounds}).round_s;
   m.emplace_back("scaling/mlp_weak_efficiency", mlp_scaling);
   m.emplace_back("scaling/cnn_weak_efficiency", cnn_scaling);
 
   say("remote: MLP cohort 64 on 2 worker processes (TensorPipe, Gloo) vs 2 executor threads, loopback");
-  const Case remote_case{kFmnist, kMlp, 64, 2, 2, 0, rounds};
+  const Case remote_case{kFmnist, kMlp, 64, 2, 2, 0, mlp_rounds};
   const Timing mlp_remote = bench.time(remote_case, 2);
   const Timing mlp_gloo = bench.time(remote_case, 2, Collectives::gloo);
-  const Timing mlp_threads = executors == 2 ? mlp : bench.time(remote_case);
+  // Threads timed right after the processes, not reused from the MLP case: the machine drifts.
+  const Timing mlp_threads = bench.time(remote_case);
   m.emplace_back("remote/mlp_round_s", mlp_remote.round_s);
   m.emplace_back("remote/mlp_gloo_round_s", mlp_gloo.round_s);
   m.emplace_back("remote/mlp_threads_round_s", mlp_threads.round_s);
