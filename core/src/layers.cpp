@@ -284,23 +284,23 @@ void gemm(char ta, char tb, int64_t m, int64_t n, int64_t k, double alpha, const
 // A row-major matrix [rows, cols] as a row-major GEMM reads it: itself ('N') when its columns are
 // adjacent, `ld` the step between rows; its transpose stored row-major ('T') when its rows are,
 // `ld` the step between columns.
-struct BlasOperand {
+struct GemmOperand {
   char trans;
   int64_t ld;
 };
 
-std::optional<BlasOperand> blas_operand(const at::Tensor& x) {
+std::optional<GemmOperand> gemm_operand(const at::Tensor& x) {
   const int64_t rows = x.size(-2), cols = x.size(-1), row_step = x.stride(-2), col_step = x.stride(-1);
-  if ((cols == 1 || col_step == 1) && (rows == 1 || row_step >= cols)) return BlasOperand{'N', rows == 1 ? cols : row_step};
-  if ((rows == 1 || row_step == 1) && (cols == 1 || col_step >= rows)) return BlasOperand{'T', cols == 1 ? rows : col_step};
+  if ((cols == 1 || col_step == 1) && (rows == 1 || row_step >= cols)) return GemmOperand{'N', rows == 1 ? cols : row_step};
+  if ((rows == 1 || row_step == 1) && (cols == 1 || col_step >= rows)) return GemmOperand{'T', cols == 1 ? rows : col_step};
   return std::nullopt;
 }
 
-// x as BLAS reads it, after a contiguous copy when neither of its last two strides is 1.
-BlasOperand readable_operand(at::Tensor& x) {
-  if (const std::optional<BlasOperand> in_place = blas_operand(x)) return *in_place;
+// x as the GEMM reads it, after a contiguous copy when neither of its last two strides is 1.
+GemmOperand readable_operand(at::Tensor& x) {
+  if (const std::optional<GemmOperand> in_place = gemm_operand(x)) return *in_place;
   x = x.contiguous();
-  return *blas_operand(x);
+  return *gemm_operand(x);
 }
 
 // scale * a b, plus `addend` (broadcast to [..., m, n]) when it is defined: GEMM adds the product
@@ -313,7 +313,7 @@ at::Tensor batched_matmul_kernel(at::Tensor a, at::Tensor b, double scale, const
   if (addend.defined()) out.copy_(addend.expand(shape));
   if (out.numel() == 0) return out;
   if (k == 0) return addend.defined() ? out : out.zero_();
-  const BlasOperand la = readable_operand(a), lb = readable_operand(b);
+  const GemmOperand la = readable_operand(a), lb = readable_operand(b);
   const int64_t lead = a.dim() - 2;
   const int64_t matrices = out.numel() / (m * n);
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "fax::batched_matmul", [&] {
