@@ -52,6 +52,13 @@ at::Tensor per_client(const at::Tensor& p, int64_t middle, bool is_batched) {
   return p.view(shape);
 }
 
+// `sizes` with its last axis resized to n: the shape of a product or a linear layer's output.
+std::vector<int64_t> with_last(at::IntArrayRef sizes, int64_t n) {
+  std::vector<int64_t> shape(sizes.begin(), sizes.end() - 1);
+  shape.push_back(n);
+  return shape;
+}
+
 // 2x2 max pooling. LibTorch 1.13's NCHW max_pool2d kernel on the CPU is scalar and general
 // (dilation, padding): ~22% of a CNN round. This one pools the planes of a contiguous tensor and
 // keeps, per output, which corner won (0..3, row-major) for the backward pass. It picks the corner
@@ -307,8 +314,7 @@ GemmOperand readable_operand(at::Tensor& x) {
 // to it in place, as baddbmm does.
 at::Tensor batched_matmul_kernel(at::Tensor a, at::Tensor b, double scale, const at::Tensor& addend) {
   const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
-  std::vector<int64_t> shape(a.sizes().begin(), a.sizes().end() - 1);
-  shape.push_back(n);
+  const std::vector<int64_t> shape = with_last(a.sizes(), n);
   at::Tensor out = at::empty(shape, a.options());
   if (addend.defined()) out.copy_(addend.expand(shape));
   if (out.numel() == 0) return out;
@@ -372,10 +378,8 @@ struct BatchedMatmulFn : public torch::autograd::Function<BatchedMatmulFn> {
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
   if (!batched(w, 2)) {
     const at::Tensor flat = x.reshape({-1, x.size(-1)});
-    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
-    shape.push_back(w.size(1));
     check_alike("linear", {x, w, bias});
-    return (own_kernel_takes(w) ? BatchedMatmulFn::apply(flat, w, 1.0, bias) : at::addmm(bias, flat, w)).view(shape);
+    return batched_matmul(flat, w, 1.0, bias).view(with_last(x.sizes(), w.size(1)));
   }
   const int64_t k = w.size(0), n = w.size(2);
   FAX_CHECK(x.size(0) == k, "linear: input has {} clients, weights {}", x.size(0), k);
@@ -386,12 +390,8 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bi
   // [k, rows, d]: one product per client; a 3-axis input is that already.
   const bool rows = x.dim() == 3;
   const at::Tensor flat = rows ? x : x.reshape({k, -1, x.size(-1)});
-  const at::Tensor out =
-      own_kernel_takes(w) ? BatchedMatmulFn::apply(flat, w, 1.0, bias.unsqueeze(1)) : at::baddbmm(bias.unsqueeze(1), flat, w);
-  if (rows) return out;
-  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
-  shape.push_back(n);
-  return out.view(shape);
+  const at::Tensor out = batched_matmul(flat, w, 1.0, bias.unsqueeze(1));
+  return rows ? out : out.view(with_last(x.sizes(), n));
 }
 
 at::Tensor conv2d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias, int64_t padding) {
@@ -447,19 +447,17 @@ at::Tensor batched_matmul(const at::Tensor& a, const at::Tensor& b, double scale
             "batched_matmul: shapes [{}] and [{}] do not match ([..., m, k] and [..., k, n])", fmt::join(a.sizes(), ", "),
             fmt::join(b.sizes(), ", "));
   check_alike("batched_matmul", {a, b});
-  const c10::optional<at::Tensor> add = addend.defined() ? c10::optional<at::Tensor>(addend) : c10::nullopt;
-  if (add) {
-    check_alike("batched_matmul", {a, *add});
-    std::vector<int64_t> shape(a.sizes().begin(), a.sizes().end() - 1);
-    shape.push_back(b.size(-1));
-    FAX_CHECK(at::is_expandable_to(add->sizes(), shape), "batched_matmul: addend [{}] does not broadcast to [{}]",
-              fmt::join(add->sizes(), ", "), fmt::join(shape, ", "));
+  if (addend.defined()) {
+    check_alike("batched_matmul", {a, addend});
+    const std::vector<int64_t> shape = with_last(a.sizes(), b.size(-1));
+    FAX_CHECK(at::is_expandable_to(addend.sizes(), shape), "batched_matmul: addend [{}] does not broadcast to [{}]",
+              fmt::join(addend.sizes(), ", "), fmt::join(shape, ", "));
   }
   if (!own_kernel_takes(a)) {
     const at::Tensor product = scale == 1.0 ? at::matmul(a, b) : at::matmul(a, b) * scale;
-    return add ? product + *add : product;
+    return addend.defined() ? product + addend : product;
   }
-  return BatchedMatmulFn::apply(a, b, scale, add);
+  return BatchedMatmulFn::apply(a, b, scale, addend.defined() ? c10::optional<at::Tensor>(addend) : c10::nullopt);
 }
 
 at::Tensor causal_self_attention(const at::Tensor& x, const at::Tensor& w_qkv, const at::Tensor& b_qkv,
