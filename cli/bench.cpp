@@ -20,6 +20,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <fax/error.h>
+#include <fax/files.h>
 #include <fax/experiment.h>
 #include <fax/layers.h>
 #include <fax/remote.h>
@@ -329,6 +330,8 @@ int bench_command(const BenchOptions& options) {
     std::printf("%.1f\n", peak_rss_mib());
     return 0;
   }
+  check_output_path(options.output, {}, "the bench results");
+  const FileLock lock(options.output, "fax-run bench");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int executors = options.executors > 0 ? options.executors : cores;
   // Rounds of a fraction of a second: time enough of them for a stable median. MLP rounds take a

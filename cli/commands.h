@@ -24,6 +24,7 @@ struct RunOptions {
   std::vector<std::string> plugin_dirs;
   bool dry_run = false;
   bool quiet = false;
+  bool force = false;  ///< run although a safety check refuses (recorded in the log)
   RemoteFlags remote;
 };
 
@@ -31,6 +32,7 @@ struct ResumeOptions {
   std::string run;
   std::vector<std::string> plugin_dirs;
   bool quiet = false;
+  bool force = false;  ///< resume although a safety check refuses (recorded in the log)
   RemoteFlags remote;
 };
 
@@ -50,6 +52,7 @@ struct LaunchOptions {
 
 struct PluginsOptions {
   std::vector<std::string> plugin_dirs;
+  std::string probe;  ///< internal: load this one library and print its listing (run in a child)
 };
 
 struct InspectOptions {

@@ -68,6 +68,8 @@ CLI::App* add_run_command(CLI::App& app, const std::string& name, const std::str
       ->type_name("RUN.h5");
   add_plugin_dir_option(*cmd, run.plugin_dirs);
   cmd->add_flag("-q,--quiet", run.quiet, "no progress output");
+  cmd->add_flag("--force", run.force,
+                "run although the resource estimate exceeds this machine (recorded in the log)");
   return cmd;
 }
 
@@ -101,6 +103,9 @@ int main(int argc, char** argv) {
   resume_cmd->add_option("run", resume.run, "the run log to continue")->required()->type_name("RUN.h5");
   add_plugin_dir_option(*resume_cmd, resume.plugin_dirs);
   resume_cmd->add_flag("-q,--quiet", resume.quiet, "no progress output");
+  resume_cmd->add_flag("--force", resume.force,
+                       "resume although the experiment now resolves differently (another plugin build, data set or "
+                       "model) or the resource estimate exceeds this machine (recorded in the log)");
   add_remote_options(*resume_cmd, resume.remote);
 
   fax::cli::WorkerOptions worker;
@@ -118,6 +123,7 @@ int main(int argc, char** argv) {
   fax::cli::PluginsOptions plugins;
   CLI::App* plugins_cmd = app.add_subcommand("plugins", "list the algorithm plugins found, with versions and keys");
   add_plugin_dir_option(*plugins_cmd, plugins.plugin_dirs);
+  plugins_cmd->add_option("--probe", plugins.probe)->group("");
 
   fax::cli::InspectOptions inspect;
   CLI::App* inspect_cmd =

@@ -1,12 +1,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include <fmt/format.h>
 
 #include <fax/config.h>
 #include <fax/error.h>
+#include <fax/files.h>
 #include <fax/report.h>
 #include <fax/run_log.h>
 #include <fax/sweep.h>
@@ -97,6 +97,9 @@ std::vector<Legend> legends(const std::vector<Run>& runs) {
 
 int plot_command(const PlotOptions& options) {
   const std::vector<Run> runs = collect_runs(options.runs);
+  std::vector<std::string> inputs = options.runs;
+  for (const auto& run : runs) inputs.push_back(run.path);
+  check_output_path(options.output, inputs, "the chart");
   const std::vector<Legend> legend = legends(runs);
   // Repeats of a setting over seeds share its colour and differ in dash.
   std::vector<std::string> settings;
@@ -122,10 +125,7 @@ int plot_command(const PlotOptions& options) {
   chart.width = options.width;
   chart.height = options.height;
   const std::string svg = svg_line_chart(series, chart);
-  std::ofstream out(options.output);
-  out << svg;
-  out.close();
-  FAX_CHECK(out.good(), "{}: cannot write the chart (is the directory writable?)", options.output);
+  write_file_atomically(options.output, svg);
   std::printf("wrote %s: %s of %zu run%s\n", options.output.c_str(), options.metric.c_str(), runs.size(),
               runs.size() == 1 ? "" : "s");
   return 0;

@@ -9,6 +9,7 @@
 
 #include <fax/error.h>
 #include <fax/experiment.h>
+#include <fax/files.h>
 #include <fax/remote.h>
 #include <fax/run_log.h>
 #include <fax/sweep.h>
@@ -138,31 +139,61 @@ std::unique_ptr<Coordinator> start_coordinator(const RemoteFlags& remote, const 
   return coordinator;
 }
 
-// Runs (or continues) an experiment into the run log at `output`.
+// A resumed run must resolve to what its log recorded when it started (the same plugin build, data
+// set and model), or it would not continue the same run: refused unless forced. Returns whether
+// the identity differs (and was forced).
+bool changed_identity(const std::string& log, const std::string& recorded, const std::string& now, bool force,
+                      bool quiet) {
+  if (recorded.empty()) {
+    if (!quiet) std::printf("note: %s records no experiment identity (an older fax wrote it); not compared\n", log.c_str());
+    return false;
+  }
+  if (recorded == now) return false;
+  FAX_CHECK(force,
+            "{}: the experiment resolves differently than when the run started: the log has {}; this host has {} "
+            "(another plugin build, data set or model would not continue the same run; --force resumes anyway and "
+            "records it in the log)",
+            log, recorded, now);
+  warn(fmt::format("{}: resuming with another experiment identity (--force): {}", log, now));
+  return true;
+}
+
+// Runs (or continues) an experiment into the run log at `output`, which the caller has locked.
 int execute(const ExperimentSetup& setup, const std::string& source, const std::string& output, bool quiet,
-            bool resume, const RemoteFlags& remote) {
+            bool resume, bool force, const RemoteFlags& remote) {
   const Config& config = setup.config;
   const auto data = setup.dataset->create(config);
   const auto model = setup.model->create(config, {data->input_shape(), data->num_classes()});
+  // Every run ends with an evaluation: an empty test split would fail it after all the rounds.
+  FAX_CHECK(data->test().size() > 0, "{}: {} has no test examples to evaluate on", config.origin("data.name").str(),
+            data->describe());
   auto algorithm = setup.plugin->create();
-  const StopSignals signals;
-  const std::unique_ptr<Coordinator> coordinator =
-      start_coordinator(remote, config, experiment_identity(setup, *data, *model), quiet);
-  Experiment experiment(config, *algorithm, *model, *data, coordinator.get());
-
+  const std::string identity = experiment_identity(setup, *data, *model);
+  // A resume checks the log and its last checkpoint before anything starts or is written.
   std::optional<ResumePoint> point;
-  std::optional<RunLog> log;
+  int64_t after = 0;
+  bool forced = false;
   if (resume) {
     const RunLogReader reader(output);
     const auto checkpoints = reader.checkpoint_rounds();
-    const int64_t after = checkpoints.empty() ? 0 : checkpoints.back();
+    after = checkpoints.empty() ? 0 : checkpoints.back();
     if (after > 0) point = resume_point(after, reader.checkpoint(after));
+    forced = changed_identity(output, reader.env("identity"), identity, force, quiet);
+  }
+  const StopSignals signals;
+  const std::unique_ptr<Coordinator> coordinator = start_coordinator(remote, config, identity, quiet);
+  Experiment experiment(config, *algorithm, *model, *data, coordinator.get());
+
+  std::optional<RunLog> log;
+  if (resume) {
     log.emplace(RunLog::resume(output, after));
+    if (forced) log->set_env(fmt::format("forced_resume_after_round_{}", after), identity);
   } else {
     StringPairs env = experiment.environment();
     env.emplace_back("experiment", source);
     env.emplace_back("algorithm", setup.plugin->name);
     env.emplace_back("algorithm_plugin", setup.plugin->path);
+    env.emplace_back("identity", identity);
     log.emplace(output, config.to_yaml(), env);
   }
   const int64_t rounds = config.get_int("rounds");
@@ -201,6 +232,14 @@ int execute(const ExperimentSetup& setup, const std::string& source, const std::
   return 0;
 }
 
+// What a run reads, which its log must not overwrite: the experiment, the data files, the plugin.
+std::vector<std::string> experiment_inputs(const ExperimentSetup& setup, const std::string& experiment) {
+  std::vector<std::string> inputs{experiment, setup.plugin->path};
+  for (const char* key : {"data.path", "data.test_path"})
+    if (setup.config.has(key)) inputs.push_back(setup.config.get_string(key));
+  return inputs;
+}
+
 }  // namespace
 
 int run_command(const RunOptions& options) {
@@ -218,15 +257,21 @@ int run_command(const RunOptions& options) {
   const std::string output = options.output.empty()
                                  ? std::filesystem::path(options.experiment).stem().string() + ".h5"
                                  : options.output;
-  return execute(setup, options.experiment, output, options.quiet, false, options.remote);
+  std::vector<std::string> inputs = experiment_inputs(setup, options.experiment);
+  inputs.push_back(options.remote.token_file);
+  check_output_path(output, inputs, "the run log");
+  const FileLock lock(output, "fax-run run " + options.experiment);
+  return execute(setup, options.experiment, output, options.quiet, false, options.force, options.remote);
 }
 
 int resume_command(const ResumeOptions& options) {
+  check_output_path(options.run, {options.remote.token_file}, "the run log");
+  const FileLock lock(options.run, "fax-run resume " + options.run);
   const PluginLoader loader(options.plugin_dirs);
   // The run log holds the resolved experiment: resolving it again rebuilds the same run.
   const std::string config_text = RunLogReader(options.run).config();
   const ExperimentSetup setup = resolve_experiment(Config::from_yaml(config_text, options.run + ":/config"), loader);
-  return execute(setup, options.run + ":/config", options.run, options.quiet, true, options.remote);
+  return execute(setup, options.run + ":/config", options.run, options.quiet, true, options.force, options.remote);
 }
 
 }  // namespace fax::cli

@@ -4,11 +4,15 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <filesystem>
 #include <sstream>
+#include <unordered_map>
 
 #include <yaml-cpp/yaml.h>
 
 #include <fax/error.h>
+
+#include "yaml_load.h"
 
 namespace fax {
 namespace {
@@ -24,21 +28,21 @@ struct FlatSetting {
   ConfigOrigin key_origin;
 };
 
-// Flattens a YAML map into dotted names, rejecting what the schema cannot hold.
+// Flattens a YAML map into dotted names, rejecting what the schema cannot hold. `seen` maps each
+// name to where it was set, so a duplicate is found in constant time.
 void flatten(const YAML::Node& node, const std::string& prefix, const std::string& source,
-             std::vector<FlatSetting>& out) {
+             std::vector<FlatSetting>& out, std::unordered_map<std::string, ConfigOrigin>& seen) {
   for (const auto& item : node) {
     FAX_CHECK(item.first.IsScalar(), "{}: a key must be a plain name, not a list or a mapping",
               origin_of(source, item.first.Mark()).str());
     const std::string key = item.first.Scalar();
     const std::string name = prefix.empty() ? key : prefix + "." + key;
     const ConfigOrigin where = origin_of(source, item.first.Mark());
-    for (const auto& seen : out) {
-      FAX_CHECK(seen.name != name, "{}: duplicate key '{}' (first set at {})", where.str(), name, seen.key_origin.str());
-    }
+    const auto [first, inserted] = seen.emplace(name, where);
+    FAX_CHECK(inserted, "{}: duplicate key '{}' (first set at {})", where.str(), name, first->second.str());
     const YAML::Node& value = item.second;
     if (value.IsMap()) {
-      flatten(value, name, source, out);
+      flatten(value, name, source, out, seen);
     } else if (value.IsScalar()) {
       out.push_back({name, value.Scalar(), origin_of(source, value.Mark()), where});
     } else if (value.IsNull()) {
@@ -226,29 +230,34 @@ const ConfigKey* Schema::find(const std::string& name) const {
 }
 
 Config Config::from_yaml(const std::string& text, const std::string& source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw Error(fmt::format("{}: YAML syntax error: {}", origin_of(source, e.mark).str(), e.msg));
-  }
+  YAML::Node root = detail::load_yaml(text, source);
   Config config;
   if (root.IsNull()) return config;
   FAX_CHECK(root.IsMap(), "{}: an experiment is a YAML mapping of keys to values", origin_of(source, root.Mark()).str());
   // The sweep: section describes trials, not a setting; fax-run sweep reads it (fax/sweep.h).
   root.remove("sweep");
   std::vector<FlatSetting> flat;
-  flatten(root, "", source, flat);
-  for (auto& f : flat) config.put({f.name, f.text, f.value_origin, f.key_origin, f.text});
+  std::unordered_map<std::string, ConfigOrigin> seen;
+  flatten(root, "", source, flat, seen);
+  // Names are unique (flatten refuses duplicates): no need for put()'s search.
+  for (auto& f : flat) config.entries_.push_back({f.name, f.text, f.value_origin, f.key_origin, f.text});
   return config;
 }
 
 std::string read_experiment_file(const std::string& path) {
-  std::ifstream in(path);
+  constexpr std::streamsize kMaxBytes = std::streamsize{16} << 20;
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  FAX_CHECK(!ec && std::filesystem::exists(status), "{}: cannot open the experiment file: no such file", path);
+  FAX_CHECK(!std::filesystem::is_directory(status), "{}: is a directory, not an experiment file", path);
+  std::ifstream in(path, std::ios::binary);
   FAX_CHECK(in.good(), "{}: cannot open the experiment file", path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  std::string text(static_cast<size_t>(kMaxBytes) + 1, '\0');
+  in.read(text.data(), kMaxBytes + 1);
+  FAX_CHECK(!in.bad(), "{}: cannot read the experiment file", path);
+  FAX_CHECK(in.gcount() <= kMaxBytes, "{}: larger than {} MiB; an experiment is a small YAML file", path, kMaxBytes >> 20);
+  text.resize(static_cast<size_t>(in.gcount()));
+  return text;
 }
 
 Config Config::from_file(const std::string& path) { return from_yaml(read_experiment_file(path), path); }
@@ -258,12 +267,7 @@ void Config::set(const std::string& assignment) {
   FAX_CHECK(eq != std::string::npos && eq > 0, "--set {}: expected dotted.key=value", assignment);
   const std::string name = assignment.substr(0, eq);
   const ConfigOrigin where{"--set " + assignment, 0, 0};
-  YAML::Node value;
-  try {
-    value = YAML::Load(assignment.substr(eq + 1));
-  } catch (const YAML::Exception& e) {
-    throw Error(fmt::format("{}: YAML syntax error in the value: {}", where.str(), e.msg));
-  }
+  const YAML::Node value = detail::load_yaml(assignment.substr(eq + 1), where.str());
   FAX_CHECK(value.IsScalar(), "{}: the value must be a single scalar", where.str());
   put({name, value.Scalar(), where, where, value.Scalar()});
   resolved_ = false;

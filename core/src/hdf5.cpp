@@ -1,6 +1,7 @@
 #include <fax/hdf5.h>
 
 #include <algorithm>
+#include <optional>
 
 #include <ATen/ATen.h>
 
@@ -163,6 +164,24 @@ std::string File::read_string_attribute(const std::string& object, const std::st
   Handle a(checked(H5Aopen(o.get(), attribute.c_str(), H5P_DEFAULT), path_, "read attribute " + attribute + " of " + object),
            H5Aclose);
   return read_vlen_string(a.get(), true, path_);
+}
+
+std::optional<std::string> File::external_link(const std::string& name) const {
+  if (!exists(name)) return std::nullopt;
+  H5L_info_t info;
+  checked(H5Lget_info(impl_->file.get(), name.c_str(), &info, H5P_DEFAULT), path_, "inspect the link " + name);
+  if (info.type != H5L_TYPE_EXTERNAL) return std::nullopt;
+  FAX_CHECK(info.u.val_size > 0 && info.u.val_size < (size_t{1} << 16), "{}: {}: corrupt external link", path_, name);
+  std::vector<char> value(info.u.val_size);
+  checked(H5Lget_val(impl_->file.get(), name.c_str(), value.data(), value.size(), H5P_DEFAULT), path_,
+          "read the link " + name);
+  const char* file = nullptr;
+  const char* object = nullptr;
+  unsigned flags = 0;
+  checked(H5Lunpack_elink_val(value.data(), value.size(), &flags, &file, &object), path_, "read the link " + name);
+  FAX_CHECK(file != nullptr && object != nullptr && std::string(object) == "/",
+            "{}: {} links to an object other than a file's root", path_, name);
+  return std::string(file);
 }
 
 std::vector<std::pair<std::string, std::string>> File::string_attributes(const std::string& object) const {

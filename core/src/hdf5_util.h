@@ -97,8 +97,9 @@ void write_strings(hid_t file, const std::string& name, const std::vector<std::s
 void write_string_attribute(hid_t object, const std::string& name, const std::string& value, const std::string& path);
 /// A tensor as a dataset of its shape and type.
 void write_tensor(hid_t file, const std::string& name, const at::Tensor& tensor, const std::string& path);
-/// Writes a complete HDF5 file through `fill` into a temporary file renamed over `path`, so that
-/// `path` always holds a whole file, whenever the process dies.
+/// Writes a complete HDF5 file through `fill`, built in memory and then written crash-safely
+/// (write_file_atomically: beside `path`, synced, renamed), so that `path` always holds a whole
+/// file whenever the process dies, and a failed write (a full disk) leaves the previous file.
 void write_atomically(const std::string& path, const std::function<void(hid_t)>& fill);
 
 }  // namespace fax::h5::detail

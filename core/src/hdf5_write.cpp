@@ -1,8 +1,10 @@
 // HDF5 writers shared by the run log and the sweep index.
 
-#include <filesystem>
+#include <vector>
 
 #include <ATen/ATen.h>
+
+#include <fax/files.h>
 
 #include "hdf5_util.h"
 
@@ -56,18 +58,25 @@ void write_tensor(hid_t file, const std::string& name, const at::Tensor& tensor,
 
 void write_atomically(const std::string& path, const std::function<void(hid_t)>& fill) {
   silence_hdf5_errors();
-  const std::string tmp = path + ".tmp";
+  // The file is built in memory (HDF5's core driver, no backing store) and written out as one
+  // image by write_file_atomically: HDF5 never holds a half-written file on disk, so a full disk
+  // is one checked write() that fails, not a corrupt file or a failing H5Fclose at exit.
+  std::vector<char> image;
   {
+    Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+    checked(H5Pset_fapl_core(access.get(), size_t{1} << 20, 0), path, "set up an in-memory file");
     // Attribute creation order is tracked so the environment reads back in the order it was written.
     Handle props(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
     H5Pset_attr_creation_order(props.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
-    Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, props.get(), H5P_DEFAULT), H5Fclose);
-    FAX_CHECK(file.get() >= 0, "{}: cannot create the file (is the directory writable?)", path);
+    Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, props.get(), access.get()), H5Fclose);
+    FAX_CHECK(file.get() >= 0, "{}: HDF5 cannot create the file in memory", path);
     fill(file.get());
+    checked(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), path, "flush the file");
+    const ssize_t size = checked(H5Fget_file_image(file.get(), nullptr, 0), path, "measure the file");
+    image.resize(static_cast<size_t>(size));
+    checked(H5Fget_file_image(file.get(), image.data(), image.size()), path, "copy the file out of memory");
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  FAX_CHECK(!ec, "{}: cannot replace the file: {}", path, ec.message());
+  write_file_atomically(path, image.data(), image.size());
 }
 
 }  // namespace fax::h5::detail

@@ -1,14 +1,19 @@
 #include <fax/plugin_loader.h>
 
 #include <dlfcn.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <array>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <sstream>
 
 #include <fax/error.h>
+#include <fax/plugin.h>
 
 namespace fax {
 namespace fs = std::filesystem;
@@ -60,17 +65,115 @@ fs::path executable_dir() {
 std::mutex loaded_mutex;
 std::vector<void*> loaded_handles;
 
+// The plugin's algorithm behind a wall: whatever a call throws leaves as a fax::Error naming the
+// plugin and the call (fax's own errors, which already say what went wrong, pass unchanged), so a
+// plugin that throws an int or a std::bad_alloc neither terminates fax nor passes for fax's own
+// internal error.
+class GuardedAlgorithm final : public Algorithm {
+ public:
+  GuardedAlgorithm(Algorithm* inner, const FaxPluginInfo* info, std::string who)
+      : inner_(inner), info_(info), who_(std::move(who)) {}
+  ~GuardedAlgorithm() override {
+    try {
+      info_->destroy(inner_);
+    } catch (...) {
+      warn(fmt::format("{}: its algorithm threw while being destroyed", who_));
+    }
+  }
+
+  ServerState init(const Config& config, const Model& model, TensorTree initial_params) override {
+    return guarded("init", [&] { return inner_->init(config, model, std::move(initial_params)); });
+  }
+  RoundMetrics round(ServerState& state, RoundContext& ctx) const override {
+    return guarded("round", [&] { return inner_->round(state, ctx); });
+  }
+  TensorTree eval_params(const ServerState& state) const override {
+    return guarded("eval_params", [&] { return inner_->eval_params(state); });
+  }
+
+ private:
+  template <class F>
+  auto guarded(const char* call, F&& f) const -> decltype(f()) {
+    try {
+      return f();
+    } catch (const Error&) {
+      throw;
+    } catch (const InternalError&) {
+      throw;
+    } catch (...) {
+      throw Error(fmt::format("{} failed in {}(): {}", who_, call, detail::describe(std::current_exception())));
+    }
+  }
+
+  Algorithm* inner_;
+  const FaxPluginInfo* info_;
+  std::string who_;
+};
+
+// "algorithm plugin 'fedavg' (/path/fax_fedavg.so)": how errors name a plugin.
+std::string describe_plugin(const std::string& name, const std::string& path) {
+  return fmt::format("algorithm plugin '{}' ({})", name, path);
+}
+
 }  // namespace
 
 Plugin::Instance Plugin::create() const {
-  auto* algorithm = static_cast<Algorithm*>(info->create());
-  FAX_CHECK(algorithm != nullptr, "plugin {} ({}) failed to create its algorithm", name, path);
-  const FaxPluginInfo* i = info;
-  return Instance(algorithm, [i](Algorithm* a) { i->destroy(a); });
+  const std::string who = describe_plugin(name, path);
+  void* created = nullptr;
+  try {
+    created = info->create();
+  } catch (...) {
+    throw Error(fmt::format("{} failed to create its algorithm: {}", who, detail::describe(std::current_exception())));
+  }
+  FAX_CHECK(created != nullptr, "{} failed to create its algorithm", who);
+  return Instance(new GuardedAlgorithm(static_cast<Algorithm*>(created), info, who),
+                  [](Algorithm* a) { delete a; });
 }
+
+namespace {
+
+// While a library's own code runs for the first time (its constructors in dlopen, its entry
+// point), a crash names the library instead of killing fax-run anonymously. The message is built
+// before, so the handler only writes it (async-signal-safe) and exits.
+class CrashNamesPlugin {
+ public:
+  explicit CrashNamesPlugin(const std::string& path) {
+    const std::string text = fmt::format("fax-run: plugin {}: crashed while loading (signal ", path);
+    std::snprintf(message_, sizeof message_, "%s", text.c_str());
+    struct sigaction action {};
+    action.sa_handler = &CrashNamesPlugin::on_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESETHAND;
+    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &action, &previous_[i]);
+  }
+  ~CrashNamesPlugin() {
+    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &previous_[i], nullptr);
+  }
+  CrashNamesPlugin(const CrashNamesPlugin&) = delete;
+  CrashNamesPlugin& operator=(const CrashNamesPlugin&) = delete;
+
+ private:
+  static constexpr std::array<int, 5> kSignals{SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+  static void on_signal(int signal) {
+    char number[8];
+    int n = 0;
+    for (int v = signal; v > 0 && n < 7; v /= 10) number[n++] = static_cast<char>('0' + v % 10);
+    (void)!::write(STDERR_FILENO, message_, std::strlen(message_));
+    while (n > 0) (void)!::write(STDERR_FILENO, &number[--n], 1);
+    (void)!::write(STDERR_FILENO, ")\n", 2);
+    _exit(2);
+  }
+  static char message_[4096];
+  std::array<struct sigaction, kSignals.size()> previous_{};
+};
+
+char CrashNamesPlugin::message_[4096];
+
+}  // namespace
 
 std::shared_ptr<const Plugin> load_plugin_file(const std::string& path) {
   FAX_CHECK(fs::exists(path), "plugin {}: no such file", path);
+  const CrashNamesPlugin crash_names_plugin(path);
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   FAX_CHECK(handle != nullptr, "plugin {}: cannot load: {}", path, dlerror());
   {
@@ -80,7 +183,12 @@ std::shared_ptr<const Plugin> load_plugin_file(const std::string& path) {
   auto entry = reinterpret_cast<FaxPluginEntry>(dlsym(handle, FAX_PLUGIN_ENTRY_POINT));
   FAX_CHECK(entry != nullptr, "plugin {}: no entry point '{}' (is FAX_PLUGIN(Type) missing?)", path,
             FAX_PLUGIN_ENTRY_POINT);
-  const FaxPluginInfo* info = entry();
+  const FaxPluginInfo* info = nullptr;
+  try {
+    info = entry();
+  } catch (...) {
+    throw Error(fmt::format("plugin {}: its entry point threw: {}", path, detail::describe(std::current_exception())));
+  }
   FAX_CHECK(info != nullptr, "plugin {}: its entry point returned nothing", path);
   FAX_CHECK(info->abi_version == FAX_PLUGIN_ABI_VERSION,
             "plugin {} was built for plugin ABI version {}, but this fax ({}) loads plugin ABI version {}: "
@@ -126,15 +234,15 @@ std::shared_ptr<const Plugin> PluginLoader::load(const std::string& name) const 
     const fs::path candidate = fs::path(dir) / file;
     if (fs::exists(candidate)) return load_plugin_file(candidate.string());
   }
+  // The names of the files only: loading every plugin to list them would run their code.
   std::vector<std::string> available;
-  for (const auto& listing : discover())
-    if (listing.plugin) available.push_back(listing.plugin->name);
+  for (const auto& path : candidates()) available.push_back(fs::path(path).stem().string().substr(4));
   throw Error(fmt::format("algorithm plugin '{}' not found: no {} in {} (available: {})", name, file,
                           fmt::join(search_path_, ", "), available.empty() ? "none" : fmt::to_string(fmt::join(available, ", "))));
 }
 
-std::vector<PluginListing> PluginLoader::discover() const {
-  std::vector<PluginListing> out;
+std::vector<std::string> PluginLoader::candidates() const {
+  std::vector<std::string> out;
   std::vector<std::string> seen;
   for (const auto& dir : search_path_) {
     std::error_code ec;
@@ -148,11 +256,7 @@ std::vector<PluginListing> PluginLoader::discover() const {
       const std::string stem = path.stem().string();
       if (std::find(seen.begin(), seen.end(), stem) != seen.end()) continue;
       seen.push_back(stem);
-      try {
-        out.push_back({path.string(), load_plugin_file(path.string()), ""});
-      } catch (const Error& e) {
-        out.push_back({path.string(), nullptr, e.what()});
-      }
+      out.push_back(path.string());
     }
   }
   return out;

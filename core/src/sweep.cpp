@@ -13,6 +13,7 @@
 #include <fax/hdf5.h>
 
 #include "hdf5_util.h"
+#include "yaml_load.h"
 
 namespace fax {
 namespace {
@@ -176,12 +177,7 @@ Override parse_override(const std::string& assignment, const std::string& source
 }  // namespace
 
 SweepSpec SweepSpec::from_yaml(const std::string& text, const std::string& source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw Error(fmt::format("{}:{}:{}: YAML syntax error: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg));
-  }
+  const YAML::Node root = detail::load_yaml(text, source);
   SweepSpec spec;
   if (!root.IsMap() || !root["sweep"]) return spec;
   const YAML::Node sweep = root["sweep"];

@@ -77,9 +77,31 @@ TEST(Config, RejectsMalformedDocuments) {
   EXPECT_EQ(syntax.rfind("e.yaml:", 0), 0u) << syntax;
   EXPECT_NE(syntax.find("YAML syntax error"), std::string::npos) << syntax;
   EXPECT_EQ(test::error_of([] { Config::from_file("/nonexistent/exp.yaml"); }),
-            "/nonexistent/exp.yaml: cannot open the experiment file");
+            "/nonexistent/exp.yaml: cannot open the experiment file: no such file");
+  EXPECT_EQ(test::error_of([] { Config::from_file("/"); }), "/: is a directory, not an experiment file");
+  EXPECT_EQ(test::error_of([] { Config::from_yaml("rounds: 3\n---\nrounds: 4\n", "e.yaml"); }),
+            "e.yaml: holds 2 YAML documents (separated by '---'); an experiment is one document");
   Config c;
   EXPECT_EQ(test::error_of([&] { c.set("rounds"); }), "--set rounds: expected dotted.key=value");
+}
+
+TEST(Config, RefusesDocumentsThatExpandBeyondTheNodeCap) {
+  // Three levels of ten aliases: 10^3 leaves, fine; six levels: 10^6, refused without expanding them.
+  auto bomb = [](int levels) {
+    std::string text = "a0: &a0 {x0: 1, x1: 1, x2: 1, x3: 1, x4: 1, x5: 1, x6: 1, x7: 1, x8: 1, x9: 1}\n";
+    for (int l = 1; l < levels; ++l) {
+      text += fmt::format("a{}: &a{} {{", l, l);
+      for (int i = 0; i < 10; ++i) text += fmt::format("{}k{}: *a{}", i ? ", " : "", i, l - 1);
+      text += "}\n";
+    }
+    return text;
+  };
+  EXPECT_NO_THROW(Config::from_yaml(bomb(3), "small.yaml"));
+  EXPECT_EQ(test::error_of([&] { Config::from_yaml(bomb(6), "bomb.yaml"); }),
+            "bomb.yaml: the YAML expands to more than 100000 nodes (anchors and aliases repeat what they name); an "
+            "experiment is a small mapping");
+  const std::string deep = "rounds: " + std::string(100000, '[') + std::string(100000, ']') + "\n";
+  EXPECT_NE(test::error_of([&] { Config::from_yaml(deep, "deep.yaml"); }).find("deep.yaml"), std::string::npos);
 }
 
 TEST(Config, ResolvedYamlRoundTrips) {

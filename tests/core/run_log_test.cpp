@@ -35,7 +35,12 @@ TEST_F(RunLogTest, MetricsEnvConfigAndCheckpointsRoundTrip) {
   }
   const RunLogReader reader(path);
   EXPECT_EQ(reader.config(), "rounds: 3\n");
-  EXPECT_EQ(reader.env(), (StringPairs{{"zeta", "last-alphabetically"}, {"alpha", "1"}}));
+  const StringPairs env = reader.env();
+  ASSERT_EQ(env.size(), 3u);
+  EXPECT_EQ(StringPairs(env.begin(), env.begin() + 2), (StringPairs{{"zeta", "last-alphabetically"}, {"alpha", "1"}}));
+  EXPECT_EQ(env[2].first, "run_id");
+  EXPECT_EQ(env[2].second.size(), 16u);
+  EXPECT_EQ(reader.env("run_id"), env[2].second);
   EXPECT_EQ(reader.rounds(), (std::vector<int64_t>{1, 2, 3}));
   EXPECT_EQ(reader.metric_names(), (std::vector<std::string>{"eval/accuracy", "train/loss"}));
   EXPECT_EQ(reader.metric("train/loss"), (std::vector<double>{2.0, 1.5, 1.0}));
@@ -61,6 +66,65 @@ TEST_F(RunLogTest, PerClientRows) {
   const RunLogReader reader(path);
   EXPECT_TRUE(at::equal(reader.dataset("/clients/id"), ids({4, 9, 2, 1, 3, 8}).view({2, 3})));
   EXPECT_TRUE(at::allclose(reader.dataset("/clients/loss"), at::tensor({0.5, 0.25, 1.0, 0.1, 0.2, 0.3}, at::kDouble).view({2, 3})));
+}
+
+TEST_F(RunLogTest, AnExistingLogIsReplacedByTheFirstAppendOnly) {
+  const std::string path = (dir / "run.h5").string();
+  const TensorTree state{{"params/w", at::ones({2})}};
+  {
+    RunLog old(path, "old\n", {});
+    old.checkpoint(1, state);
+    old.append(1, {{"train/loss", 1.0}});
+  }
+  const auto checkpoints = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(path + ".checkpoints")) names.push_back(e.path().filename());
+    return names;
+  };
+  const std::vector<std::string> old_checkpoints = checkpoints();
+  {
+    RunLog fresh(path, "new\n", {});
+    EXPECT_EQ(RunLogReader(path).config(), "old\n") << "replaced before a round was done";
+    fresh.checkpoint(1, state);
+    EXPECT_EQ(RunLogReader(path).config(), "old\n");
+    EXPECT_TRUE(bitwise_equal(RunLogReader(path).checkpoint(1), state)) << "the old log lost its checkpoint";
+    fresh.append(1, {{"train/loss", 2.0}});
+  }
+  const RunLogReader reader(path);
+  EXPECT_EQ(reader.config(), "new\n");
+  EXPECT_EQ(reader.metric("train/loss"), std::vector<double>{2.0});
+  const std::vector<std::string> now = checkpoints();
+  ASSERT_EQ(now.size(), 1u) << "the replaced run's checkpoints were kept";
+  EXPECT_NE(now, old_checkpoints);
+  EXPECT_EQ(now.front(), RunLogReader::checkpoint_name(1, reader.env("run_id")));
+}
+
+TEST_F(RunLogTest, CheckpointsAreReadOnlyFromTheirOwnFolderAndRun) {
+  const std::string path = (dir / "run.h5").string();
+  const TensorTree state{{"params/w", at::ones({2})}};
+  {
+    RunLog log(path, "", {});
+    log.checkpoint(1, state);
+    log.append(1, {});
+  }
+  const std::string id = RunLogReader(path).env("run_id");
+  const std::string file = path + ".checkpoints/" + RunLogReader::checkpoint_name(1, id);
+  // Another run's checkpoint under this run's name.
+  const std::string other = (dir / "other.h5").string();
+  {
+    RunLog log(other, "", {});
+    log.checkpoint(1, {{"params/w", at::zeros({2})}});
+    log.append(1, {});
+  }
+  std::filesystem::copy_file(other + ".checkpoints/" + RunLogReader::checkpoint_name(1, RunLogReader(other).env("run_id")),
+                             file, std::filesystem::copy_options::overwrite_existing);
+  const std::string refused = test::error_of([&] { RunLogReader(path).checkpoint(1); });
+  EXPECT_NE(refused.find("not round 1 of this run (" + id + ")"), std::string::npos) << refused;
+  // The log moved without its folder.
+  std::filesystem::create_directories(dir / "moved");
+  std::filesystem::copy_file(path, dir / "moved" / "run.h5");
+  const std::string missing = test::error_of([&] { RunLogReader((dir / "moved" / "run.h5").string()).checkpoint(1); });
+  EXPECT_NE(missing.find("the checkpoint of round 1 is missing"), std::string::npos) << missing;
 }
 
 TEST_F(RunLogTest, UnusableFilesAreUserErrors) {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +32,9 @@ class File {
   /// A scalar string dataset, or a string attribute of an object.
   std::string read_string(const std::string& dataset) const;
   std::string read_string_attribute(const std::string& object, const std::string& attribute) const;
+  /// The file an external link `name` points to (its object must be the root, "/"); nothing
+  /// when `name` is missing or not an external link. The link is not followed.
+  std::optional<std::string> external_link(const std::string& name) const;
   /// Every string attribute of an object, in creation order where tracked.
   std::vector<std::pair<std::string, std::string>> string_attributes(const std::string& object) const;
 

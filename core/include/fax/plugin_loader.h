@@ -22,14 +22,9 @@ struct Plugin {
   const FaxPluginInfo* info = nullptr;
 
   using Instance = std::unique_ptr<Algorithm, std::function<void(Algorithm*)>>;
+  /// A new algorithm. Every call into it is guarded: an exception it throws (of any type) leaves
+  /// as a fax::Error naming this plugin and the call; fax's own errors pass unchanged.
   Instance create() const;
-};
-
-/// One file found while listing plugins: loaded, or the reason it was refused.
-struct PluginListing {
-  std::string path;
-  std::shared_ptr<const Plugin> plugin;  ///< null when refused
-  std::string error;
 };
 
 /// Finds plugins as fax_<name>.so in, in order: `--plugin-dir` directories, FAX_PLUGIN_PATH
@@ -46,8 +41,9 @@ class PluginLoader {
   /// for another plugin ABI, fax version, LibTorch version or C++ ABI with both sides named.
   std::shared_ptr<const Plugin> load(const std::string& name) const;
 
-  /// Every fax_*.so on the search path; the first of each name wins.
-  std::vector<PluginListing> discover() const;
+  /// The path of every fax_*.so on the search path (the first of each name), without loading any:
+  /// loading runs a library's code, which fax-run plugins does in a child process per plugin.
+  std::vector<std::string> candidates() const;
 
  private:
   std::vector<std::string> search_path_;

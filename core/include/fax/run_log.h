@@ -19,7 +19,7 @@ using StringPairs = std::vector<std::pair<std::string, std::string>>;
 
 /// One HDF5 file per run (libhdf5):
 ///   /config                      the resolved experiment, YAML text (string)
-///   /env                         group; attributes: fax and LibTorch versions, host, seed, ... (strings)
+///   /env                         group; attributes: fax and LibTorch versions, host, seed, run_id, ... (strings)
 ///   /metrics/round               int64 [rounds]: the round number of each row (1-based)
 ///   /metrics/<name>              float64 [rounds]; NaN in rounds where the metric was not computed
 ///                                (a name with '/' is a nested group: /metrics/eval/accuracy)
@@ -27,13 +27,17 @@ using StringPairs = std::vector<std::pair<std::string, std::string>>;
 ///   /clients/<name>              float64 [rounds, cohort]
 ///   /checkpoints/<round>/<leaf>  the state after that round, one dataset per tensor (params/w, ...)
 /// Crash safety: the log is held in memory and the file is rewritten after every append, into a
-/// temporary file renamed over the old one, so a run killed at any moment leaves the previous or
-/// the new complete file. Checkpoints are separate files, written the same way, in
-/// "<path>.checkpoints/"; /checkpoints/<round> is an HDF5 external link to one of them, which
-/// h5py and fax::h5::File follow transparently.
+/// new file beside it that is synced and renamed over the old one (fax/files.h), so a run killed
+/// at any moment, or a full disk, leaves the previous or the new complete file. Checkpoints are
+/// separate files, written the same way, in "<path>.checkpoints/round-<8 digits>-<run id>.h5";
+/// /checkpoints/<round> is an HDF5 external link to one of them (h5py follows it), and a reader
+/// follows it only to that file of the log's own checkpoint folder (RunLogReader::checkpoint).
+/// A RunLog does not lock its file: the command that writes it holds a FileLock (fax/files.h).
 class RunLog {
  public:
-  /// Starts a new run log at `path`, replacing any file there.
+  /// Starts a new run log at `path` with a new run id (added to `env` as "run_id"). When no file
+  /// is there the log is written at once; an existing file (and its checkpoints) is replaced only
+  /// by the first commit after a round, so a run that fails before finishing one loses nothing.
   RunLog(const std::string& path, const std::string& config_yaml, const StringPairs& env);
   /// Continues the run log at `path` after round `after_round`: later rows and checkpoints (a run
   /// killed after its last checkpoint) are dropped, as are checkpoint files nothing links to.
@@ -51,8 +55,11 @@ class RunLog {
   /// Writes the state after `round` as a checkpoint file now; the log links it from the next
   /// append or commit, so a round's metrics and its checkpoint appear in the log together.
   void checkpoint(int64_t round, const TensorTree& state);
-  /// Rewrites the file with everything added so far.
-  void commit() const;
+  /// Adds (or replaces) an /env entry, written with the next commit.
+  void set_env(const std::string& key, const std::string& value);
+  /// Rewrites the file with everything added so far, then removes checkpoint files that neither
+  /// it nor a later commit links to (those of a replaced run, or after a crash).
+  void commit();
 
  private:
   RunLog() = default;
@@ -62,21 +69,31 @@ class RunLog {
   std::string path_;
 };
 
-/// Reads what RunLog wrote.
+/// Reads what RunLog wrote. Every accessor checks the object's type and shape first, so a
+/// malformed or hostile file is a fax::Error naming the file and the object, never a crash.
 class RunLogReader {
  public:
   explicit RunLogReader(const std::string& path);
 
+  const std::string& path() const { return file_.path(); }
   std::string config() const;
   StringPairs env() const;
+  /// The /env entry `key`, or "" when there is none.
+  std::string env(const std::string& key) const;
   std::vector<int64_t> rounds() const;
   /// Metric names (without "/metrics/" and without "round"), in name order.
   std::vector<std::string> metric_names() const;
+  /// One value per round (checked: float64 [rounds]).
   std::vector<double> metric(const std::string& name) const;
   /// Any numeric dataset of the file as a tensor of its shape and type ("/clients/id", ...).
   at::Tensor dataset(const std::string& name) const;
   std::vector<int64_t> checkpoint_rounds() const;
+  /// The state after `round`, read from the file the log links to, which must be that round's
+  /// checkpoint of this run in the log's own checkpoint folder (nothing found elsewhere is used).
   TensorTree checkpoint(int64_t round) const;
+  /// The file name a checkpoint of `round` has in the checkpoint folder of a run with this id
+  /// ("" for logs written before run ids: round-<8 digits>.h5).
+  static std::string checkpoint_name(int64_t round, const std::string& run_id);
   bool has(const std::string& name) const { return file_.exists(name); }
   std::vector<std::string> datasets_below(const std::string& group) const { return file_.datasets_below(group); }
 
