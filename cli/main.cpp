@@ -6,7 +6,6 @@
 #include <exception>
 
 #include <CLI/CLI.hpp>
-#include <c10/util/Exception.h>
 #include <torch/version.h>
 
 #include <fax/error.h>
@@ -199,11 +198,16 @@ int main(int argc, char** argv) {
   } catch (const fax::Error& e) {
     std::fprintf(stderr, "fax-run: %s\n", e.what());
     return kUserError;
-  } catch (const c10::Error& e) {
-    std::fprintf(stderr, "fax-run: internal error: %s\n", e.what_without_backtrace());
-    return kInternalError;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "fax-run: internal error: %s\n", e.what());
+  } catch (...) {
+    const std::exception_ptr error = std::current_exception();
+    if (fax::detail::is_out_of_memory(error)) {
+      // The run's size, not a bug: a clear line and the user-error code.
+      std::fprintf(stderr, "fax-run: out of memory: %s; the run needs more memory than this host gives it (smaller "
+                   "model widths, data.clients, algorithm.batch_size or execution.vectorize)\n",
+                   fax::detail::describe(error).c_str());
+      return kUserError;
+    }
+    std::fprintf(stderr, "fax-run: internal error: %s\n", fax::detail::describe(error).c_str());
     return kInternalError;
   }
 }

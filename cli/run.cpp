@@ -10,6 +10,8 @@
 #include <fax/error.h>
 #include <fax/experiment.h>
 #include <fax/files.h>
+#include <fax/interrupt.h>
+#include <fax/resources.h>
 #include <fax/remote.h>
 #include <fax/run_log.h>
 #include <fax/sweep.h>
@@ -82,12 +84,15 @@ void on_stop_signal(int signal) {
     std::signal(signal, SIG_DFL);
     std::raise(signal);
   }
+  // The round in flight stops at its next local step, chunk or evaluation batch.
+  request_interrupt();
 }
 
 class StopSignals {
  public:
   StopSignals() {
     stop_signal = 0;
+    clear_interrupt();
     previous_int_ = std::signal(SIGINT, on_stop_signal);
     previous_term_ = std::signal(SIGTERM, on_stop_signal);
   }
@@ -162,8 +167,16 @@ bool changed_identity(const std::string& log, const std::string& recorded, const
 int execute(const ExperimentSetup& setup, const std::string& source, const std::string& output, bool quiet,
             bool resume, bool force, const RemoteFlags& remote) {
   const Config& config = setup.config;
+  // Sizes are checked before anything large is allocated: the data set's before it is loaded, the
+  // model's and local training's before the first parameters exist.
+  const MachineResources machine = MachineResources::of_this_host();
+  const bool on_workers = remote.workers > 0;
+  const int64_t data_bytes = setup.dataset->estimate_bytes ? setup.dataset->estimate_bytes(config) : 0;
+  if (!force) check_resources(estimate_resources(config, data_bytes, nullptr, on_workers), machine, false);
   const auto data = setup.dataset->create(config);
   const auto model = setup.model->create(config, {data->input_shape(), data->num_classes()});
+  const std::string forced_resources =
+      check_resources(estimate_resources(config, data_bytes, model.get(), on_workers), machine, force);
   // Every run ends with an evaluation: an empty test split would fail it after all the rounds.
   FAX_CHECK(data->test().size() > 0, "{}: {} has no test examples to evaluate on", config.origin("data.name").str(),
             data->describe());
@@ -196,6 +209,7 @@ int execute(const ExperimentSetup& setup, const std::string& source, const std::
     env.emplace_back("identity", identity);
     log.emplace(output, config.to_yaml(), env);
   }
+  if (!forced_resources.empty()) log->set_env("forced_resources", forced_resources);
   const int64_t rounds = config.get_int("rounds");
   const int64_t first = point ? point->round : 0;
   if (first >= rounds) {
@@ -219,10 +233,15 @@ int execute(const ExperimentSetup& setup, const std::string& source, const std::
   const RunResult result = experiment.run(&*log, std::ref(progress), point ? &*point : nullptr,
                                           [] { return stop_signal.load() != 0; });
   if (result.stopped) {
-    std::fprintf(stderr, "fax-run: stopped by signal %d after round %lld of %lld; the state is checkpointed: "
-                         "continue with 'fax-run resume %s'\n",
-                 stop_signal.load(), static_cast<long long>(result.rounds_done), static_cast<long long>(rounds),
-                 output.c_str());
+    if (result.rounds_done == 0 && log->deferred()) {
+      std::fprintf(stderr, "fax-run: stopped by signal %d in round 1 of %lld; nothing was written (%s is unchanged)\n",
+                   stop_signal.load(), static_cast<long long>(rounds), output.c_str());
+    } else {
+      std::fprintf(stderr, "fax-run: stopped by signal %d after round %lld of %lld; the state is checkpointed: "
+                           "continue with 'fax-run resume %s'\n",
+                   stop_signal.load(), static_cast<long long>(result.rounds_done), static_cast<long long>(rounds),
+                   output.c_str());
+    }
     return 128 + stop_signal.load();
   }
   if (!quiet) {

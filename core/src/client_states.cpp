@@ -83,4 +83,14 @@ void ClientStates::merge(const TensorTree& stacked) {
   for (int64_t i = 0; i < ids.numel(); ++i) states_[ids[i].item<int64_t>()] = rows[i];
 }
 
+ClientStates::Saved ClientStates::save() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return states_;
+}
+
+void ClientStates::roll_back(Saved saved) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  states_ = std::move(saved);
+}
+
 }  // namespace fax

@@ -1,11 +1,27 @@
 #include <fax/error.h>
+#include <fax/interrupt.h>
 
+#include <atomic>
 #include <cstdio>
 #include <mutex>
+#include <new>
 
 #include <c10/util/Exception.h>
 
 namespace fax {
+
+namespace {
+// Lock-free, so setting it from a signal handler is safe.
+std::atomic<bool> interrupt{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+}  // namespace
+
+void request_interrupt() noexcept { interrupt.store(true); }
+void clear_interrupt() noexcept { interrupt.store(false); }
+bool interrupt_requested() noexcept { return interrupt.load(std::memory_order_relaxed); }
+void check_interrupt() {
+  if (interrupt_requested()) throw Interrupted("interrupted by a stop request (SIGINT or SIGTERM)");
+}
 
 void warn(const std::string& message) {
   static std::mutex mutex;
@@ -27,6 +43,18 @@ std::string describe(const std::exception_ptr& error) {
     return e.what();
   } catch (...) {
     return "unknown exception";
+  }
+}
+
+bool is_out_of_memory(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::bad_alloc&) {
+    return true;
+  } catch (const c10::Error& e) {
+    return std::string(e.what_without_backtrace()).find("can't allocate memory") != std::string::npos;
+  } catch (...) {
+    return false;
   }
 }
 

@@ -9,6 +9,7 @@
 #include <torch/version.h>
 
 #include <fax/error.h>
+#include <fax/interrupt.h>
 #include <fax/primitives.h>
 #include <fax/rng.h>
 #include <fax/version.h>
@@ -146,6 +147,7 @@ Server<TensorTree> Experiment::program(Program& p, TaskKind kind, const TensorTr
       const int64_t end = test.size() * (part + 1) / parts;
       at::Tensor acc = at::zeros({3}, at::kDouble);
       for (int64_t b = begin; b < end; b += kEvalBatch) {
+        check_interrupt();
         const int64_t n = std::min(kEvalBatch, end - b);
         const at::Tensor logits = model_.forward(input, test.x.narrow(0, b, n));
         const at::Tensor y = test.y.narrow(0, b, n);
@@ -239,27 +241,39 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
   }
   result.rounds_done = first;
   const auto start = std::chrono::steady_clock::now();
+  int64_t checkpointed = first;
   for (int64_t r = first; r < rounds; ++r) {
     const auto round_start = std::chrono::steady_clock::now();
+    // A round interrupted mid-way (SIGTERM) is abandoned: the run keeps the state before it.
+    const ServerState before = result.state;
+    const ClientStates::Saved states_before = client_states_.save();
     const Cohort cohort = sample_cohort(data_, cohort_size, seed, r);
-    const TensorTree packed =
-        run_task(TaskKind::round, {seed, r}, cohort, mesh_options_.logical_shards,
-                 join({prefixed(result.state.params, "params/"), prefixed(result.state.extra, "extra/")}));
-    result.state = {unprefixed(packed, "params/"), unprefixed(packed, "extra/")};
-
+    TensorTree packed;
     Metrics metrics;
-    for (const auto& [name, t] : unprefixed(packed, "metrics/")) {
-      FAX_CHECK(t.numel() == 1, "round {}: metric '{}' has {} values; a server metric is one number", r + 1, name,
-                t.numel());
-      metrics.emplace_back(name, t.item<double>());
+    try {
+      packed = run_task(TaskKind::round, {seed, r}, cohort, mesh_options_.logical_shards,
+                        join({prefixed(result.state.params, "params/"), prefixed(result.state.extra, "extra/")}));
+      result.state = {unprefixed(packed, "params/"), unprefixed(packed, "extra/")};
+      for (const auto& [name, t] : unprefixed(packed, "metrics/")) {
+        FAX_CHECK(t.numel() == 1, "round {}: metric '{}' has {} values; a server metric is one number", r + 1, name,
+                  t.numel());
+        metrics.emplace_back(name, t.item<double>());
+      }
+      metrics.emplace_back("time/round_s",
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - round_start).count());
+      if (due(eval_every, r + 1, rounds)) {
+        for (auto& m : evaluate(algorithm_.eval_params(result.state))) metrics.push_back(m);
+      }
+    } catch (const Interrupted&) {
+      result.state = before;
+      client_states_.roll_back(states_before);
+      if (log != nullptr && r > checkpointed) log->checkpoint(r, checkpoint_tree(result.state, client_states_));
+      if (log != nullptr && r > checkpointed) log->commit();
+      result.stopped = true;
+      break;
     }
-    metrics.emplace_back("time/round_s",
-                         std::chrono::duration<double>(std::chrono::steady_clock::now() - round_start).count());
     const int64_t completed = r + 1;
     result.rounds_done = completed;
-    if (due(eval_every, completed, rounds)) {
-      for (auto& m : evaluate(algorithm_.eval_params(result.state))) metrics.push_back(m);
-    }
     const bool stopping = stop && stop() && completed < rounds;
     if (log != nullptr) {
       if (per_client) {
@@ -271,6 +285,7 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
       // crash in between leaves a file no log links to, which a resume discards.
       if (stopping || due(checkpoint_every, completed, rounds)) {
         log->checkpoint(completed, checkpoint_tree(result.state, client_states_));
+        checkpointed = completed;
       }
       log->append(completed, metrics);
     }

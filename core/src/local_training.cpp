@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <fax/error.h>
+#include <fax/interrupt.h>
 #include <fax/layers.h>
 
 namespace fax {
@@ -188,6 +189,7 @@ LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, c
     return w.stride(0) == 0 ? batched_matmul(f.reshape({-1, d}), w[0]).view({k, f.size(1), h}) : batched_matmul(f, w);
   };
   for (int64_t first = 0; first < batches.steps(); first += block) {
+    check_interrupt();
     const int64_t count = std::min(block, batches.steps() - first);
     const Batch rows = batches.batches(first, count);
     // The block's features f(x): known up front when f only flattens (then so are their products
@@ -258,6 +260,7 @@ LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const
   });
   StepTracker tracker(batches, step_size);
   for (int64_t s = 0; s < batches.steps(); ++s) {
+    check_interrupt();
     const Batch batch = batches.batch(s);
     const Step step = tracker.step(s, model.forward(params, batch.x), batch);
     const at::Tensor objective = options.penalty ? step.objective + options.penalty(params) : step.objective;
@@ -282,6 +285,7 @@ std::pair<at::Tensor, at::Tensor> evaluate_batches(const Model& model, const Cli
   at::Tensor hits = at::zeros({k}, batches.examples().options());
   at::Tensor seen = at::zeros({k}, batches.examples().options());
   for (int64_t s = 0; s < batches.steps(); ++s) {
+    check_interrupt();
     const Batch batch = batches.batch(s);
     const at::Tensor logits = model.forward(params, batch.x);
     loss += (per_example(cross_entropy(logits, batch.y), 2) * batch.mask).sum(1);

@@ -1,5 +1,6 @@
 #include <fax/models.h>
 
+#include <limits>
 #include <sstream>
 
 #include <ATen/ATen.h>
@@ -9,6 +10,20 @@
 
 namespace fax {
 namespace {
+
+// Sizes for the memory estimate, which must not overflow on absurd settings (a width of 10^12):
+// products and sums saturate at INT64_MAX.
+int64_t saturating_add(int64_t a, int64_t b) {
+  int64_t out = 0;
+  return __builtin_add_overflow(a, b, &out) ? std::numeric_limits<int64_t>::max() : out;
+}
+int64_t saturating_mul(int64_t a, int64_t b) {
+  int64_t out = 0;
+  return __builtin_mul_overflow(a, b, &out) ? std::numeric_limits<int64_t>::max() : out;
+}
+// Weights [in, out] and bias [out] of a dense layer.
+int64_t dense(int64_t in, int64_t out) { return saturating_add(saturating_mul(in, out), out); }
+
 
 int64_t product(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -102,6 +117,20 @@ at::Tensor Mlp::forward_from_input_layer(const TensorTree& params, const at::Ten
   return h;
 }
 
+int64_t SoftmaxRegression::num_parameters() const { return dense(inputs_, classes_); }
+
+int64_t Mlp::num_parameters() const {
+  int64_t n = 0;
+  for (size_t l = 0; l + 1 < sizes_.size(); ++l) n = saturating_add(n, dense(sizes_[l], sizes_[l + 1]));
+  return n;
+}
+
+int64_t Mlp::activations_per_example() const {
+  int64_t n = 0;
+  for (size_t l = 1; l < sizes_.size(); ++l) n = saturating_add(n, sizes_[l]);
+  return n;
+}
+
 int64_t Mlp::forward_flops() const {
   int64_t flops = 0;
   for (size_t l = 0; l + 1 < sizes_.size(); ++l) flops += 2 * sizes_[l] * sizes_[l + 1];
@@ -150,6 +179,19 @@ at::Tensor Cnn::forward_from_input_layer(const TensorTree& params, const at::Ten
   return fax::linear(at::relu(z), params.at("fc2.w"), params.at("fc2.b"));
 }
 
+int64_t Cnn::num_parameters() const {
+  const int64_t flat = saturating_mul(64, saturating_mul(height_ / 4, width_ / 4));
+  return saturating_add(saturating_add(dense(channels_ * 25, 32), dense(32 * 25, 64)),
+                        saturating_add(dense(flat, 512), dense(512, classes_)));
+}
+
+int64_t Cnn::activations_per_example() const {
+  // conv1 and its pool, conv2 and its pool, the dense layers.
+  const int64_t pixels = saturating_mul(height_, width_);
+  return saturating_add(saturating_add(saturating_mul(32 + 8, pixels), saturating_mul(16 + 4, pixels)),
+                        512 + classes_);
+}
+
 int64_t Cnn::forward_flops() const {
   const int64_t conv1 = 2 * height_ * width_ * 32 * channels_ * 25;
   const int64_t conv2 = 2 * (height_ / 2) * (width_ / 2) * 64 * 32 * 25;
@@ -168,6 +210,25 @@ TransformerLm::TransformerLm(TransformerOptions o) : o_(o) {
 std::string TransformerLm::describe() const {
   return fmt::format("transformer(vocab {}, context {}, depth {}, width {}, heads {})", o_.vocab, o_.context,
                      o_.depth, o_.width, o_.heads);
+}
+
+int64_t TransformerLm::num_parameters() const {
+  const int64_t d = o_.width;
+  // Per block: two layer norms, qkv and output projections, the 4x MLP.
+  const int64_t block = saturating_add(saturating_add(saturating_mul(4, d), dense(d, 3 * d)),
+                                       saturating_add(dense(d, d), saturating_add(dense(d, 4 * d), dense(4 * d, d))));
+  const int64_t embeddings = saturating_mul(saturating_add(o_.vocab, o_.context), d);
+  return saturating_add(saturating_add(embeddings, saturating_mul(o_.depth, block)),
+                        saturating_add(2 * d, dense(d, o_.vocab)));
+}
+
+int64_t TransformerLm::activations_per_example() const {
+  // Per token and block: norms, qkv, attention output, residuals, the MLP's 4x width (~16 d),
+  // plus a row of attention scores per head; then the logits.
+  const int64_t per_token = saturating_add(
+      saturating_mul(o_.depth, saturating_add(saturating_mul(16, o_.width), saturating_mul(o_.heads, o_.context))),
+      o_.vocab);
+  return saturating_mul(per_token, o_.context);
 }
 
 TensorTree TransformerLm::init(at::Generator g) const {

@@ -101,6 +101,8 @@ class GuardedAlgorithm final : public Algorithm {
     } catch (const InternalError&) {
       throw;
     } catch (...) {
+      // Running out of memory is the run's size, not the plugin's fault: it leaves as it came.
+      if (detail::is_out_of_memory(std::current_exception())) throw;
       throw Error(fmt::format("{} failed in {}(): {}", who_, call, detail::describe(std::current_exception())));
     }
   }

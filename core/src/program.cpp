@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include <ATen/ATen.h>
@@ -76,16 +77,26 @@ at::Generator Program::client_generator(int64_t position) const {
 /// caller blocks until all have returned.
 struct Mesh::Impl {
   explicit Impl(MeshOptions o) : options(o), group(o.executors) {
-    for (int r = 0; r < options.executors; ++r) threads.emplace_back([this, r] { loop(r); });
+    try {
+      for (int r = 0; r < options.executors; ++r) threads.emplace_back([this, r] { loop(r); });
+    } catch (const std::system_error& e) {
+      // The threads already started must be joined, or their destructors terminate the process.
+      stop();
+      throw Error(fmt::format("cannot start executor thread {} of {}: {}", threads.size() + 1, options.executors,
+                              e.what()));
+    }
   }
 
-  ~Impl() {
+  ~Impl() { stop(); }
+
+  void stop() {
     {
       std::lock_guard<std::mutex> lock(mutex);
       stopping = true;
     }
     wake.notify_all();
     for (auto& t : threads) t.join();
+    threads.clear();
   }
 
   void loop(int rank) {

@@ -14,6 +14,7 @@
 #include <torch/version.h>
 
 #include <fax/error.h>
+#include <fax/interrupt.h>
 #include <fax/version.h>
 
 #include "gloo_plane.h"
@@ -465,6 +466,10 @@ struct Coordinator::Impl {
         throw Error(fmt::format("{}: {}", task_name(kind, info.round), why));
       };
       for (;;) {
+        if (interrupt_requested()) {
+          abort_others("the coordinator was interrupted");
+          check_interrupt();
+        }
         if (communication_failure && seconds_since(communication_failure->second) > options.timeout_s) {
           abort_others("a collective failed");
           throw Error(fmt::format("{}: {}; no worker was dropped within {} s (if executors reach a collective more "
@@ -551,6 +556,7 @@ struct Coordinator::Impl {
       FAX_CHECK(seconds_since(start) < options.timeout_s,
                 "{}: every worker is gone and none connected within {} s (dropped: {})", task_name(kind, round),
                 options.timeout_s, dropped);
+      check_interrupt();
       next_event();
     }
   }

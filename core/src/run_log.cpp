@@ -69,6 +69,7 @@ RunLog::RunLog(const std::string& path, const std::string& config_yaml, const St
 }
 
 RunLog::~RunLog() = default;
+bool RunLog::deferred() const { return impl_->deferred; }
 RunLog::RunLog(RunLog&&) noexcept = default;
 RunLog& RunLog::operator=(RunLog&&) noexcept = default;
 

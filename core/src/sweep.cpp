@@ -83,6 +83,7 @@ int64_t integer(const YAML::Node& node, const std::string& source, const std::st
 // Integers a double holds exactly; int_uniform bounds and seeds stay inside.
 constexpr int64_t kExactInteger = int64_t{1} << 53;
 constexpr int64_t kMaxCount = 1000000;
+constexpr uint64_t kMaxTrials = 100000;
 
 void check_key_name(const std::string& key, const YAML::Node& at, const std::string& source) {
   FAX_CHECK(!key.empty() && key.find_first_of(" =,") == std::string::npos && key.rfind("sweep", 0) != 0,
@@ -277,6 +278,13 @@ std::string Trial::label() const { return join_overrides(overrides, " ", true); 
 std::string Trial::setting() const { return join_overrides(overrides, " ", false); }
 
 std::vector<Trial> expand(const SweepSpec& spec) {
+  // Counted before any trial is built: a few lines of grid can ask for 10^20 of them.
+  uint64_t count = std::max<size_t>(1, spec.seeds.size());
+  bool overflow = false;
+  for (const auto& axis : spec.grid) overflow |= __builtin_mul_overflow(count, axis.second.size(), &count);
+  if (!spec.random.empty()) overflow |= __builtin_mul_overflow(count, static_cast<uint64_t>(spec.samples), &count);
+  FAX_CHECK(!overflow && count <= kMaxTrials, "the sweep has {} trials, more than the {} fax-run sweep runs; split it",
+            overflow ? std::string("more than 10^19") : std::to_string(count), kMaxTrials);
   // Grid points as an odometer, the last key turning fastest.
   std::vector<std::vector<Override>> points{{}};
   for (const auto& axis : spec.grid) {
@@ -303,7 +311,6 @@ std::vector<Trial> expand(const SweepSpec& spec) {
     points = std::move(next);
   }
   std::vector<Trial> trials;
-  const size_t count = points.size() * std::max<size_t>(1, spec.seeds.size());
   const int width = std::max(4, static_cast<int>(std::to_string(count).size()));
   for (const auto& point : points) {
     for (size_t s = 0; s < std::max<size_t>(1, spec.seeds.size()); ++s) {
@@ -372,7 +379,10 @@ SweepIndex SweepIndex::read(const std::string& path) {
   index.base = split_lines(file.read_string("/sweep/base"));
   index.metric = file.read_string("/sweep/metric");
   index.maximize = file.read_string("/sweep/mode") == "max";
-  index.average_last = file.read("/sweep/average_last").item<int64_t>();
+  const at::Tensor average_last = file.read("/sweep/average_last");
+  FAX_CHECK(average_last.numel() == 1 && !at::isFloatingType(average_last.scalar_type()),
+            "{}: /sweep/average_last is not one integer", path);
+  index.average_last = average_last.item<int64_t>();
   const auto names = file.read_strings("/trials/name");
   const auto overrides = file.read_strings("/trials/overrides");
   const auto status = file.read_strings("/trials/status");
@@ -384,6 +394,10 @@ SweepIndex SweepIndex::read(const std::string& path) {
   for (size_t i = 0; i < n; ++i) {
     TrialRecord t;
     t.name = names[i];
+    // A trial's files are <dir>/<name>.h5 and .log: a name must not lead out of the directory.
+    FAX_CHECK(t.name.rfind("trial-", 0) == 0 && t.name.size() > 6 &&
+                  t.name.find_first_not_of("0123456789", 6) == std::string::npos,
+              "{}: /trials/name[{}] '{}' is not a trial name (trial-NNNN)", path, i, t.name);
     for (const auto& line : split_lines(overrides[i])) t.overrides.push_back(parse_override(line, path + ":/trials/overrides"));
     t.status = status[i];
     t.message = message[i];

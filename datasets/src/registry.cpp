@@ -1,5 +1,10 @@
 #include <fax/datasets.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <initializer_list>
+#include <limits>
+
 #include <fax/registry.h>
 #include <fax/sources.h>
 #include <fax/synthetic.h>
@@ -17,6 +22,33 @@ PartitionOptions partition_options(const Config& c) {
   o.seed = static_cast<uint64_t>(c.get_int("data.seed"));
   return o;
 }
+
+// Estimates: products saturate (settings can be absurd: 10^12 clients).
+int64_t times(std::initializer_list<int64_t> factors) {
+  int64_t out = 1;
+  for (int64_t f : factors)
+    if (__builtin_mul_overflow(out, std::max<int64_t>(f, 0), &out)) return std::numeric_limits<int64_t>::max();
+  return out;
+}
+
+// The bytes of a file, or of the regular files of a folder; 0 when neither exists (create() says why).
+int64_t bytes_on_disk(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return static_cast<int64_t>(fs::file_size(path, ec));
+  int64_t total = 0;
+  for (const auto& entry : fs::directory_iterator(path, ec)) {
+    std::error_code e;
+    if (entry.is_regular_file(e)) total += static_cast<int64_t>(entry.file_size(e));
+  }
+  return total;
+}
+
+// Synthetic clients hold exp(4 + 2 z) + 50 examples: 453 on average.
+constexpr int64_t kSyntheticExamples = 460;
+// Fashion-MNIST: 70,000 images of 784 pixels, as bytes and then as floats.
+constexpr int64_t kFashionMnistBytes = int64_t{70000} * 784 * 5;
+
 }  // namespace
 
 const std::vector<DatasetEntry>& dataset_registry() {
@@ -42,6 +74,10 @@ const std::vector<DatasetEntry>& dataset_registry() {
          o.test_fraction = c.get_float("data.test_fraction");
          o.seed = static_cast<uint64_t>(c.get_int("data.seed"));
          return std::make_unique<SyntheticDataset>(o);
+       },
+       [](const Config& c) {
+         // Each client's inputs and labels, kept once for training and copied once into the test split.
+         return times({2, c.get_int("data.clients"), kSyntheticExamples, c.get_int("data.dimension") * 4 + 8});
        }},
       {"fmnist",
        "Fashion-MNIST (Xiao et al. 2017), 60k training images split into clients, the 10k test images",
@@ -54,7 +90,8 @@ const std::vector<DatasetEntry>& dataset_registry() {
         int_key("seed", "0", "seed of the partition (independent of the training seed)", 0)},
        [](const Config& c) -> std::unique_ptr<FederatedDataset> {
          return load_fashion_mnist(c.get_string("data.path"), partition_options(c));
-       }},
+       },
+       [](const Config& c) { return kFashionMnistBytes + times({c.get_int("data.clients"), 64}); }},
       {"tff_hdf5", "a TensorFlow Federated HDF5 file (fed_emnist schema: /examples/<client>/<feature>)",
        {string_key("path", "", "the training file"),
         string_key("test_path", "", "the test file with the same schema; empty: hold out test_fraction per client"),
@@ -70,6 +107,10 @@ const std::vector<DatasetEntry>& dataset_registry() {
          o.test_fraction = c.get_float("data.test_fraction");
          o.classes = c.get_int("data.classes");
          return load_tff_hdf5(o);
+       },
+       [](const Config& c) {
+         // Pixels stored as bytes become floats.
+         return times({4, bytes_on_disk(c.get_string("data.path")) + bytes_on_disk(c.get_string("data.test_path"))});
        }},
       {"text", "next-token prediction on text: a folder (client per file), client<TAB>text lines, or TFF HDF5 strings",
        {string_key("path", "", "the corpus: a folder, a text file or a .h5 file"),
@@ -85,6 +126,10 @@ const std::vector<DatasetEntry>& dataset_registry() {
          o.max_vocab = c.get_int("data.max_vocab");
          o.test_fraction = c.get_float("data.test_fraction");
          return std::make_unique<TextDataset>(o);
+       },
+       [](const Config& c) {
+         // A token per byte as int64, in the inputs and again in the shifted labels, plus the text.
+         return times({17, bytes_on_disk(c.get_string("data.path"))});
        }},
       {"synthetic_tokens", "token streams from per-client Markov chains, for language-model benchmarks",
        {int_key("clients", "64", "clients", 1), int_key("sequences", "32", "sequences per client", 2),
@@ -100,6 +145,9 @@ const std::vector<DatasetEntry>& dataset_registry() {
          o.test_fraction = c.get_float("data.test_fraction");
          o.seed = static_cast<uint64_t>(c.get_int("data.seed"));
          return make_synthetic_tokens(o);
+       },
+       [](const Config& c) {
+         return times({16, c.get_int("data.clients"), c.get_int("data.sequences"), c.get_int("data.sequence_length") + 1});
        }},
   };
   return registry;

@@ -239,6 +239,122 @@ PY
       "$FAX_RUN" run "$WORK/throwing.yaml" -q -o "$WORK/t.h5" --plugin-dir "$BAD_PLUGIN_DIR" \
       --set algorithm.throw_in=init --set algorithm.throw_what=std
     ;;
+  malformed_logs)
+    # Logs whose objects have the wrong type, shape or name: inspect, plot and resume refuse them
+    # with one line naming the file and the object (before: LibTorch or stoll errors, exit 1).
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/good.h5" "${settings[@]}" --set logging.per_client=true
+    "$PYTHON" - "$WORK" <<'PY'
+import os, shutil, sys, h5py, numpy as np
+work = sys.argv[1]
+def rep(f, k, v):
+    del f[k]
+    f[k] = v
+variants = {
+    "round_float": lambda f: rep(f, "metrics/round", np.zeros(6)),
+    "round_2d": lambda f: rep(f, "metrics/round", np.zeros((3, 2), dtype=np.int64)),
+    "metric_short": lambda f: rep(f, "metrics/train/loss", np.zeros(2)),
+    "metric_int": lambda f: rep(f, "metrics/train/loss", np.zeros(6, dtype=np.int32)),
+    "checkpoint_name": lambda f: f["checkpoints"].move("2", "abc"),
+    "checkpoint_huge": lambda f: f["checkpoints"].move("2", "99999999999999999999999"),
+    "clients_short": lambda f: rep(f, "clients/train_loss", np.zeros((2, 10))),
+    "config_number": lambda f: rep(f, "config", 5),
+}
+for name, change in variants.items():
+    os.makedirs(f"{work}/{name}")
+    shutil.copy(f"{work}/good.h5", f"{work}/{name}/run.h5")
+    shutil.copytree(f"{work}/good.h5.checkpoints", f"{work}/{name}/run.h5.checkpoints")
+    with h5py.File(f"{work}/{name}/run.h5", "a") as f:
+        change(f)
+        # The links name good.h5's folder: point them at the copy's.
+        for r in list(f.get("checkpoints", {})):
+            link = f["checkpoints"].get(r, getlink=True)
+            del f["checkpoints"][r]
+            f["checkpoints"][r] = h5py.ExternalLink(link.filename.replace("good.h5", "run.h5"), "/")
+PY
+    expect_refused() {  # expect_refused <variant> <object regex> <commands...>
+      local variant=$1 object=$2; shift 2
+      for command in "$@"; do
+        case $command in
+          inspect) args=(inspect "$WORK/$variant/run.h5") ;;
+          plot) args=(plot "$WORK/$variant/run.h5" --metric train/loss -o "$WORK/$variant/chart.svg") ;;
+          resume) args=(resume "$WORK/$variant/run.h5" -q) ;;
+        esac
+        run_expect 2 "^fax-run: .*$variant/run\.h5: .*$object" -- "$FAX_RUN" "${args[@]}"
+      done
+    }
+    expect_refused round_float "/metrics/round is not an int64 \[rounds\] dataset" inspect plot resume
+    expect_refused round_2d "/metrics/round is not an int64 \[rounds\] dataset" inspect plot resume
+    expect_refused metric_short "/metrics/train/loss has 2 rows for 6 rounds" inspect plot resume
+    expect_refused metric_int "/metrics/train/loss is not a float64" inspect plot resume
+    expect_refused checkpoint_name "/checkpoints/abc is not named after a round" inspect resume
+    expect_refused checkpoint_huge "/checkpoints/9+ is not named after a round" inspect resume
+    expect_refused clients_short "/clients/train_loss does not have the shape of /clients/id" resume
+    expect_refused config_number "" inspect plot resume
+    ;;
+  resource_limits)
+    # Sizes that cannot fit are refused before anything is allocated: one line, exit 2, in seconds.
+    for setting in "model.name=mlp --set model.hidden=100000000,100000000" "data.clients=1000000000" \
+                   "algorithm.batch_size=1000000000" "data.dimension=100000000"; do
+      read -ra extra <<< "--set $setting"
+      run_expect 2 "the run needs about .* of memory \(data .*, model .*, local training .*\), but this host has .* available; .*--force runs it anyway" -- \
+        timeout 20 "$FAX_RUN" run "$experiment" -q -o "$WORK/big.h5" --set rounds=1 "${extra[@]}"
+    done
+    [[ -e $WORK/big.h5 ]] && fail "a refused run wrote its log"
+    run_expect 2 "the run would start 100000 threads \(execution.executors x execution.threads\) on a host with [0-9]+ hardware threads" -- \
+      timeout 20 "$FAX_RUN" run "$experiment" -q -o "$WORK/threads.h5" --set execution.threads=100000
+    # --force runs it (80 executor threads are plenty for 80 one-client shards) and the log says so.
+    many=(--set rounds=1 --set cohort.size=80 --set execution.logical_shards=80 --set execution.executors=80)
+    run_expect 2 "would start 80 threads" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/many.h5" "${many[@]}"
+    "$FAX_RUN" run "$experiment" -q -o "$WORK/many.h5" "${many[@]}" --force 2> "$WORK/force.err" || fail "--force: $(cat "$WORK/force.err")"
+    grep -q "would start 80 threads.*(--force: running anyway)" "$WORK/force.err" || fail "no warning: $(cat "$WORK/force.err")"
+    "$PYTHON" -c 'import sys, h5py; assert "80 threads" in h5py.File(sys.argv[1])["env"].attrs["forced_resources"]' "$WORK/many.h5" \
+      || fail "the forced run is not recorded in its log"
+    # Past the estimate (forced, and a small address space): running out of memory is one line, exit 2.
+    run_expect 2 "^fax-run: out of memory: .*the run needs more memory than this host gives it" -- \
+      bash -c "ulimit -v 4000000; exec \"\$0\" \"\$@\"" "$FAX_RUN" run "$experiment" -q -o "$WORK/oom.h5" --set rounds=1 \
+      --set data.dimension=100000000 --force
+    # A sweep grid of 10^20 trials is counted, not built.
+    "$PYTHON" - "$WORK/grid.yaml" <<'PY'
+import sys
+with open(sys.argv[1], "w") as f:
+    f.write("rounds: 1\nsweep:\n  grid:\n")
+    for i in range(20):
+        f.write(f"    seed{i}: [" + ", ".join(str(v) for v in range(10)) + "]\n")
+PY
+    run_expect 2 "the sweep has more than 10\^19 trials, more than the 100000 fax-run sweep runs" -- \
+      timeout 20 "$FAX_RUN" sweep "$WORK/grid.yaml" -o "$WORK/grid.sweep" --dry-run
+    ;;
+  sigterm_mid_round)
+    # Rounds of several seconds (150 local epochs): SIGTERM in the middle of round 2 stops the run
+    # within a local step, checkpoints round 1, and the resumed run ends bit-identical to one that
+    # was never stopped (one executor, and two, whose collectives are released).
+    for executors in 1 2; do
+      long=(--set rounds=3 --set algorithm.local_epochs=150 --set logging.checkpoint_every=0
+            --set execution.executors=$executors --set execution.logical_shards=2)
+      run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/reference$executors.h5" "${long[@]}"
+      log="$WORK/stopped$executors.h5"
+      "$FAX_RUN" run "$experiment" -q -o "$log" "${long[@]}" 2> "$WORK/stop.err" &
+      pid=$!
+      workers+=("$pid")
+      for _ in $(seq 1 600); do
+        [[ $("$PYTHON" -c 'import sys, h5py; print(len(h5py.File(sys.argv[1])["metrics/round"]))' "$log" 2>/dev/null) == 1 ]] && break
+        sleep 0.1
+      done
+      sleep 1
+      kill -TERM "$pid"
+      start=$SECONDS
+      wait "$pid"
+      status=$?
+      (( SECONDS - start <= 3 )) || fail "SIGTERM mid-round took $((SECONDS - start)) s to stop the run"
+      [[ $status -eq 143 ]] || fail "exit status $status: $(cat "$WORK/stop.err")"
+      grep -q "stopped by signal 15 after round 1 of 3; the state is checkpointed" "$WORK/stop.err" \
+        || fail "unexpected message: $(cat "$WORK/stop.err")"
+      check_log "$log" 1
+      run_expect 0 "" -- "$FAX_RUN" resume "$log" -q
+      "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/reference$executors.h5" "$log" 3 \
+        || fail "the resumed run differs from the uninterrupted one ($executors executors)"
+    done
+    ;;
   *)
     fail "unknown case $1"
     ;;

@@ -60,6 +60,25 @@ TEST_F(ModelsTest, TransformerBatchedMatchesPerClient) {
   EXPECT_THROW(lm.forward(lm.init(client_generator(0, 0, 0)), at::zeros({1, 17}, at::kLong)), Error);
 }
 
+TEST_F(ModelsTest, SizesAreKnownWithoutAllocating) {
+  // The memory estimate's parameter counts equal what init() builds.
+  const SoftmaxRegression softmax(12, 4);
+  const Mlp mlp({1, 28, 28}, {200, 100}, 10);
+  const Cnn cnn({3, 32, 32}, 100);
+  const TransformerLm lm({50, 16, 3, 32, 4});
+  for (const Model* m : std::vector<const Model*>{&softmax, &mlp, &cnn, &lm}) {
+    EXPECT_EQ(m->num_parameters(), m->init(client_generator(0, 0, 0)).numel()) << m->describe();
+    EXPECT_GT(m->activations_per_example(), 0) << m->describe();
+  }
+  EXPECT_EQ(mlp.activations_per_example(), 200 + 100 + 10);
+  // Absurd widths saturate instead of overflowing (nothing is allocated to find out).
+  const Mlp huge({1, 28, 28}, {int64_t{1} << 40, int64_t{1} << 40}, 10);
+  EXPECT_EQ(huge.num_parameters(), std::numeric_limits<int64_t>::max());
+  const TransformerLm wide({int64_t{1} << 40, 1 << 20, 1 << 10, int64_t{1} << 30, 1});
+  EXPECT_EQ(wide.num_parameters(), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(wide.activations_per_example(), std::numeric_limits<int64_t>::max());
+}
+
 TEST_F(ModelsTest, TransformerIsCausal) {
   TransformerLm lm({30, 12, 2, 16, 2});
   const TensorTree p = lm.init(client_generator(1, 0, 0));

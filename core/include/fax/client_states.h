@@ -31,6 +31,12 @@ class ClientStates {
   /// Adds or replaces the states in `stacked` (as stacked() produced it), keeping the others.
   void merge(const TensorTree& stacked);
 
+  /// The states as they are now, to go back to if a round is abandoned: cheap, since a round
+  /// replaces a client's tensors (scatter, merge) rather than writing into them.
+  using Saved = std::map<int64_t, TensorTree>;
+  Saved save() const;
+  void roll_back(Saved saved);
+
  private:
   mutable std::mutex mutex_;
   std::map<int64_t, TensorTree> states_;

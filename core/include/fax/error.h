@@ -27,6 +27,9 @@ void warn(const std::string& message);
 namespace detail {
 /// The message of a caught exception (LibTorch's without its backtrace).
 std::string describe(const std::exception_ptr& error);
+/// Whether a caught exception is an allocation that failed (std::bad_alloc, or LibTorch's
+/// allocator refusing): the run asked for more memory than the host gives, whoever asked.
+bool is_out_of_memory(const std::exception_ptr& error);
 [[noreturn]] void throw_internal(const char* file, int line, const char* condition,
                                  const std::string& message);
 }  // namespace detail

@@ -43,7 +43,7 @@ struct RunResult {
   Metrics last;        ///< the last round's metrics
   double seconds = 0;
   int64_t rounds_done = 0;  ///< rounds completed, counting those before a resume
-  bool stopped = false;     ///< stop() asked to end early (the state was checkpointed)
+  bool stopped = false;     ///< stop() or an interrupt ended it early (the state was checkpointed)
 };
 
 /// Where a resumed run picks up: the rounds already done and the state checkpointed after them.
@@ -72,7 +72,9 @@ class Experiment {
              Coordinator* remote = nullptr);
 
   /// `resume`: continue after its round from its state instead of starting at round 0. `stop` is
-  /// asked after every round; when it says yes the state is checkpointed and the run ends.
+  /// asked after every round; when it says yes the state is checkpointed and the run ends. A round
+  /// interrupted mid-way (request_interrupt, fax/interrupt.h) is abandoned: the state of the last
+  /// completed round is checkpointed and the run ends the same way, within a local step.
   RunResult run(RunLog* log, const ProgressFn& progress, const ResumePoint* resume = nullptr,
                 const std::function<bool()>& stop = {});
 

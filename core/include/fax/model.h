@@ -36,6 +36,12 @@ class Model {
   virtual at::Tensor forward(const TensorTree& params, const at::Tensor& x) const = 0;
   /// Multiply-adds times two of one example's forward pass, for FLOP counts.
   virtual int64_t forward_flops() const = 0;
+  /// Elements of the tree init() returns, worked out without allocating it, so that fax-run can
+  /// refuse a model that does not fit before it tries (saturates at INT64_MAX). -1: unknown.
+  virtual int64_t num_parameters() const { return -1; }
+  /// Elements of the intermediate values one example's forward pass keeps for its backward pass
+  /// (layer outputs), for the same estimate. 0: unknown.
+  virtual int64_t activations_per_example() const { return 0; }
   /// The model's first dense layer, z = f(x) W + b (W [features, outputs]), when its forward pass
   /// is forward_from_input_layer(linear(input_features(x), W, b)); local SGD then computes that
   /// layer's steps in factored form (local_training.h).

@@ -16,6 +16,8 @@ class SoftmaxRegression final : public Model {
   TensorTree init(at::Generator generator) const override;
   at::Tensor forward(const TensorTree& params, const at::Tensor& x) const override;
   int64_t forward_flops() const override { return 2 * inputs_ * classes_; }
+  int64_t num_parameters() const override;
+  int64_t activations_per_example() const override { return classes_; }
   std::optional<InputLayer> input_layer() const override { return InputLayer{"w", "b"}; }
   at::Tensor forward_from_input_layer(const TensorTree&, const at::Tensor& z) const override { return z; }
 
@@ -33,6 +35,8 @@ class Mlp final : public Model {
   TensorTree init(at::Generator generator) const override;
   at::Tensor forward(const TensorTree& params, const at::Tensor& x) const override;
   int64_t forward_flops() const override;
+  int64_t num_parameters() const override;
+  int64_t activations_per_example() const override;
   std::optional<InputLayer> input_layer() const override { return InputLayer{"l0.w", "l0.b"}; }
   at::Tensor forward_from_input_layer(const TensorTree& params, const at::Tensor& z) const override;
 
@@ -50,6 +54,8 @@ class Cnn final : public Model {
   TensorTree init(at::Generator generator) const override;
   at::Tensor forward(const TensorTree& params, const at::Tensor& x) const override;
   int64_t forward_flops() const override;
+  int64_t num_parameters() const override;
+  int64_t activations_per_example() const override;
   std::optional<InputLayer> input_layer() const override { return InputLayer{"fc1.w", "fc1.b", true}; }
   /// The convolutions and poolings, flattened: [k, b, 64 * h/4 * w/4] (or [b, ...]).
   at::Tensor input_features(const TensorTree& params, const at::Tensor& x) const override;
@@ -77,6 +83,8 @@ class TransformerLm final : public Model {
   TensorTree init(at::Generator generator) const override;
   at::Tensor forward(const TensorTree& params, const at::Tensor& x) const override;
   int64_t forward_flops() const override;
+  int64_t num_parameters() const override;
+  int64_t activations_per_example() const override;
 
  private:
   TransformerOptions o_;

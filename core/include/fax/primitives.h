@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <fax/error.h>
+#include <fax/interrupt.h>
 #include <fax/placement.h>
 #include <fax/program.h>
 #include <fax/tensor_tree.h>
@@ -109,6 +110,7 @@ auto map_clients(const MapOptions& options, F&& fn, const Clients<T>&... args) {
   static_assert(is_federated_payload_v<R>, "a map_clients function returns an at::Tensor or a fax::TensorTree");
   std::vector<R> parts;
   for (const ClientChunk& c : detail::chunks(p, k)) {
+    check_interrupt();
     parts.push_back(detail::call_chunk(fn, c, detail::rows_slice(args.value(), c.begin, c.size)...));
     detail::check_rows("map_clients result", detail::rows(parts.back()), c.size);
   }
@@ -160,6 +162,7 @@ MappedSum map_sum_clients(const MapOptions& options, F&& fn, const Clients<T>&..
   std::vector<TensorTree> partials;
   int64_t shard = -1;
   for (const ClientChunk& c : detail::chunks(p, k)) {
+    check_interrupt();
     ChunkRows out = detail::call_chunk(fn, c, detail::rows_slice(args.value(), c.begin, c.size)...);
     detail::check_rows("map_sum_clients kept rows", out.keep.empty() ? c.size : detail::rows(out.keep), c.size);
     detail::check_rows("map_sum_clients summed rows", detail::rows(out.sum), c.size);

@@ -47,6 +47,8 @@ class RunLog {
   RunLog& operator=(RunLog&&) noexcept;
 
   const std::string& path() const { return path_; }
+  /// Whether nothing has been written yet because a file was there to replace (see the constructor).
+  bool deferred() const;
   /// Adds one row to every metric (NaN for the ones missing from `metrics`) and commits.
   void append(int64_t round, const Metrics& metrics);
   /// Adds one row of per-client values: ids [cohort] int64, values name -> [cohort] (committed

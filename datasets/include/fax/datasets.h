@@ -16,6 +16,9 @@ struct DatasetEntry {
   std::string description;
   std::vector<ConfigKey> keys;  ///< relative to "data."
   std::function<std::unique_ptr<FederatedDataset>(const Config&)> create;
+  /// About how many bytes the data set holds once created, from its settings and the sizes of its
+  /// files, without reading them: fax-run checks it against the machine before create().
+  std::function<int64_t(const Config&)> estimate_bytes;
 };
 
 const std::vector<DatasetEntry>& dataset_registry();
