@@ -14,6 +14,7 @@ struct RemoteFlags {
   std::string listen;       ///< HOST:PORT; empty: 127.0.0.1:29500
   std::string token_file;   ///< empty: $FAX_TOKEN
   double timeout_s = 30;    ///< a worker silent this long is dropped
+  double handshake_s = 10;  ///< a new connection that has not authenticated after this long is closed
   std::string collectives = "tensorpipe";  ///< where allreduces go: tensorpipe | gloo
 };
 

@@ -41,6 +41,9 @@ void add_coordinator_options(CLI::App& app, fax::cli::RemoteFlags& remote) {
   app.add_option("--worker-timeout", remote.timeout_s,
                  "seconds without a heartbeat after which a worker is dropped and its shards re-run (default: 30)")
       ->check(CLI::Range(0.5, 86400.0))->type_name("S")->group(group);
+  app.add_option("--handshake-timeout", remote.handshake_s,
+                 "seconds a new connection has to authenticate before it is closed (default: 10)")
+      ->check(CLI::Range(0.1, 3600.0))->type_name("S")->group(group);
   app.add_option("--collectives", remote.collectives,
                  "where allreduces go: 'tensorpipe' (through the coordinator; default) or 'gloo' (between the "
                  "workers, LibTorch's ProcessGroupGloo: for large models). Same results either way")

@@ -124,6 +124,7 @@ std::unique_ptr<Coordinator> start_coordinator(const RemoteFlags& remote, const 
   o.token = read_token(remote.token_file);
   o.timeout_s = remote.timeout_s;
   o.heartbeat_s = std::min(1.0, remote.timeout_s / 4);
+  o.handshake_s = remote.handshake_s;
   o.collectives = remote.collectives == "gloo" ? Collectives::gloo : Collectives::tensorpipe;
   o.experiment = config.to_yaml();
   o.identity = std::move(identity);

@@ -107,8 +107,13 @@ struct Coordinator::Impl {
     FAX_CHECK(options.timeout_s > 0 && options.heartbeat_s > 0 && options.heartbeat_s < options.timeout_s,
               "the worker timeout ({} s) must be positive and longer than the heartbeat period ({} s)",
               options.timeout_s, options.heartbeat_s);
+    FAX_CHECK(options.handshake_s > 0 && options.max_unauthenticated > 0,
+              "the handshake timeout ({} s) and the cap on unauthenticated connections ({}) must be positive",
+              options.handshake_s, options.max_unauthenticated);
     const std::vector<std::string> urls = listen_urls(options.listen);
-    context = make_context("coordinator");
+    TcpLimits limits;
+    limits.first_message_s = options.handshake_s;
+    context = make_context("coordinator", limits);
     try {
       listener = context->listen(urls);
       address = listener->address("tcp");
@@ -148,6 +153,50 @@ struct Coordinator::Impl {
     bool greeted = false;  // touched on the event loop only
   };
 
+  // Connections that have not said hello yet, with when they were accepted: closed after the
+  // handshake timeout, and capped, so that silent or garbage connections cannot pile up.
+  struct Unauthenticated {
+    std::weak_ptr<Connection> connection;
+    int64_t since_ms = 0;
+  };
+  std::mutex unauthenticated_mutex;
+  std::map<int, Unauthenticated> unauthenticated;
+
+  void authenticated(int id) {
+    std::lock_guard<std::mutex> lock(unauthenticated_mutex);
+    unauthenticated.erase(id);
+  }
+
+  // Closes the connections past the handshake timeout (on the coordinator's thread).
+  void close_silent() {
+    const int64_t now = now_ms();
+    std::vector<std::pair<int, std::shared_ptr<Connection>>> late;
+    {
+      std::lock_guard<std::mutex> lock(unauthenticated_mutex);
+      for (auto it = unauthenticated.begin(); it != unauthenticated.end();) {
+        if (static_cast<double>(now - it->second.since_ms) / 1000.0 <= options.handshake_s) {
+          ++it;
+          continue;
+        }
+        late.emplace_back(it->first, it->second.connection.lock());
+        it = unauthenticated.erase(it);
+      }
+    }
+    std::vector<int> closed;
+    for (auto& [id, connection] : late) {
+      if (!connection) continue;
+      connection->close();
+      closed.push_back(id);
+    }
+    if (closed.empty()) return;
+    // One line for all of them: a flood of silent connections must not flood the log.
+    const size_t shown = std::min<size_t>(closed.size(), 8);
+    log_line(options.log, fmt::format("closed {} connection{} (#{}{}) that did not say hello within {} s",
+                                      closed.size(), closed.size() == 1 ? "" : "s",
+                                      fmt::join(closed.begin(), closed.begin() + static_cast<long>(shown), ", #"),
+                                      closed.size() > shown ? ", ..." : "", options.handshake_s));
+  }
+
   void accept_next() {
     listener->accept([this](const tensorpipe::Error& error, std::shared_ptr<tensorpipe::Pipe> pipe) {
       if (error) {
@@ -160,6 +209,14 @@ struct Coordinator::Impl {
         return;
       }
       const int id = next_worker++;
+      {
+        std::lock_guard<std::mutex> lock(unauthenticated_mutex);
+        if (static_cast<int>(unauthenticated.size()) >= options.max_unauthenticated) {
+          pipe->close();
+          accept_next();
+          return;
+        }
+      }
       auto peer = std::make_shared<Peer>();
       auto connection = std::make_shared<Connection>(
           std::move(pipe),
@@ -177,6 +234,7 @@ struct Coordinator::Impl {
             inbox.push(std::move(e));
           },
           [this, id](const std::string& why) {
+            authenticated(id);  // gone either way
             Event e;
             e.what = Event::lost;
             e.worker = id;
@@ -184,6 +242,10 @@ struct Coordinator::Impl {
             inbox.push(std::move(e));
           });
       peer->connection = connection;
+      {
+        std::lock_guard<std::mutex> lock(unauthenticated_mutex);
+        unauthenticated[id] = {connection, now_ms()};
+      }
       connection->start();
       accept_next();
     });
@@ -193,6 +255,7 @@ struct Coordinator::Impl {
   // coordinator's thread as a new worker.
   void greet(int id, const std::shared_ptr<Connection>& connection, std::shared_ptr<std::atomic<int64_t>> last_seen,
              const Frame& hello) {
+    authenticated(id);  // answered now, admitted or refused
     std::string name = fmt::format("#{}", id);
     std::string refusal;
     try {
@@ -306,6 +369,7 @@ struct Coordinator::Impl {
   }
 
   void check_timeouts() {
+    close_silent();
     const int64_t now = now_ms();
     for (auto& [id, w] : workers) {
       if (w.state != State::loading && w.state != State::ready) continue;

@@ -181,9 +181,11 @@ TensorTree FrameReader::tree() {
   return out;
 }
 
-std::shared_ptr<tensorpipe::Context> make_context(const std::string& name) {
+std::shared_ptr<tensorpipe::Context> make_context(const std::string& name, const TcpLimits& limits) {
   auto context = std::make_shared<tensorpipe::Context>(tensorpipe::ContextOptions().name(name));
-  context->registerTransport(0, "tcp", tensorpipe::transport::uv::create());
+  // fax's own TCP transport, not libuv's: it bounds what a peer can make it allocate and gates
+  // new connections (tcp_transport.h).
+  context->registerTransport(0, "tcp", make_tcp_transport(limits));
   // Between processes of one host (same kernel and namespaces) TensorPipe moves the pipe onto
   // shared memory: about twice the loopback TCP bandwidth here (5.1 vs 2.6 GB/s for 100 MB).
   context->registerTransport(10, "shm", tensorpipe::transport::shm::create());

@@ -15,6 +15,8 @@
 
 #include <fax/tensor_tree.h>
 
+#include "tcp_transport.h"
+
 namespace tensorpipe {
 class Context;
 class Listener;
@@ -86,8 +88,9 @@ class FrameReader {
   size_t ints_ = 0, strings_ = 0, tensors_ = 0;
 };
 
-/// A context with TensorPipe's TCP (libuv) transport and its CPU channels.
-std::shared_ptr<tensorpipe::Context> make_context(const std::string& name);
+/// A context with fax's TCP transport (tcp_transport.h: lengths checked before allocating, new
+/// connections gated by `limits`), TensorPipe's shared-memory transport and its CPU channel.
+std::shared_ptr<tensorpipe::Context> make_context(const std::string& name, const TcpLimits& limits = {});
 
 /// "HOST:PORT" -> "tcp://IP:PORT" (host names are resolved to an IPv4 address).
 std::string tcp_url(const std::string& host_port);

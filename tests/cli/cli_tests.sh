@@ -104,6 +104,7 @@ PY
       --listen "127.0.0.1:$port" --token-file "$WORK/token" --worker-timeout 2 "${collectives[@]}" \
       > "$WORK/coordinator.log" 2>&1 &
     coordinator=$!
+    workers+=("$coordinator")  # killed by cleanup if a check fails
     wait_for_line "$WORK/coordinator.log" "^round 20/" 60
     kill -9 "${workers[0]}"
     wait_for_line "$WORK/coordinator.log" "dropped worker .*connection lost" 30
@@ -220,7 +221,7 @@ PY
     run_expect 2 "remote workers need a shared token: pass --token-file FILE or set FAX_TOKEN" -- \
       "$FAX_RUN" run "$experiment" --workers 1
     port=$(free_port)
-    run_expect 2 "cannot reach the coordinator at 127\.0\.0\.1:$port within 1 s: ECONNREFUSED: connection refused$" -- \
+    run_expect 2 "cannot reach the coordinator at 127\.0\.0\.1:$port within 1 s: connect: Connection refused$" -- \
       "$FAX_RUN" worker --connect "127.0.0.1:$port" --token-file "$WORK/token" --connect-timeout 1
     run_expect 2 "'nonsense' is not HOST:PORT" -- "$FAX_RUN" worker --connect nonsense --token-file "$WORK/token"
     run_expect 0 "" -- "$FAX_RUN" worker --help

@@ -35,7 +35,12 @@ start_worker() {  # start_worker <log> [args...]
 }
 namespaces=()
 cleanup() {
-  for pid in "${workers[@]}"; do kill -CONT "$pid" 2>/dev/null; kill -9 "$pid" 2>/dev/null; done
+  # Only processes still this script's children: a pid already waited for may belong to another
+  # test's process by now (pids wrap around at 32768 here).
+  for pid in "${workers[@]}"; do
+    [[ $(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ') == "$$" ]] || continue
+    kill -CONT "$pid" 2>/dev/null; kill -9 "$pid" 2>/dev/null
+  done
   for ns in "${namespaces[@]}"; do ip netns pids "$ns" 2>/dev/null | xargs -r kill -9; ip netns del "$ns"; done
 }
 trap cleanup EXIT

@@ -355,6 +355,62 @@ PY
         || fail "the resumed run differs from the uninterrupted one ($executors executors)"
     done
     ;;
+  remote_hostile)
+    # Garbage, an HTTP request, a huge length, bare connect-and-close, a hello that never
+    # authenticates and 300 silent connections at a coordinator: it drops each of them alone (the
+    # silent ones within the handshake timeout), keeps its file descriptors, and the run completes
+    # with a real worker.
+    echo "token-$RANDOM" > "$WORK/token"
+    port=$(free_port)
+    "$FAX_RUN" run "$experiment" -o "$WORK/run.h5" --set rounds=5 --workers 1 --listen "127.0.0.1:$port" \
+      --token-file "$WORK/token" --handshake-timeout 2 "${collectives[@]}" > "$WORK/coordinator.log" 2>&1 &
+    coordinator=$!
+    workers+=("$coordinator")
+    wait_for_line "$WORK/coordinator.log" "waiting for workers" 30
+    fds_before=$(ls /proc/$coordinator/fd | wc -l)
+    "$PYTHON" - "$port" "$FAX_SOURCE_DIR/tests/fuzz/corpus/listener/hello" <<'PY' || fail "hostile client"
+import os, socket, sys, time
+port, hello = int(sys.argv[1]), open(sys.argv[2], "rb").read()
+def connection(payload=b"", half_close=True):
+    s = socket.create_connection(("127.0.0.1", port))
+    try:  # the coordinator may hang up before all is sent: that is what is asked of it
+        s.sendall(payload)
+        if half_close:
+            s.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+    return s
+def closed_within(s, seconds):
+    s.settimeout(seconds)
+    try:
+        while s.recv(4096):
+            pass
+        return True
+    except (socket.timeout, TimeoutError):
+        return False
+    except OSError:
+        return True
+for payload in [b"GET / HTTP/1.1\r\nHost: coordinator\r\n\r\n", os.urandom(64), b"\xff" * 8 + b"tail", b""]:
+    s = connection(payload)
+    assert closed_within(s, 5), payload
+    s.close()
+for _ in range(20):
+    socket.create_connection(("127.0.0.1", port)).close()
+# A TensorPipe hello that never goes on to authenticate, and silent connections: closed by the
+# coordinator after the handshake timeout (2 s), not kept.
+quiet = [connection(hello, half_close=False)] + [connection(half_close=False) for _ in range(300)]
+start = time.time()
+assert all(closed_within(s, 8 - (time.time() - start)) for s in quiet), "a silent connection was kept"
+print(f"hostile client: all closed within {time.time() - start:.1f} s")
+PY
+    sleep 0.5
+    fds_after=$(ls /proc/$coordinator/fd | wc -l)
+    (( fds_after <= fds_before + 2 )) || fail "the coordinator holds $fds_after descriptors, $fds_before before"
+    grep -q "did not say hello within 2 s" "$WORK/coordinator.log" || fail "the silent hello was not closed: $(cat "$WORK/coordinator.log")"
+    start_worker worker.log
+    wait "$coordinator" || fail "the coordinator failed: $(tail -5 "$WORK/coordinator.log")"
+    check_log "$WORK/run.h5" 5
+    ;;
   *)
     fail "unknown case $1"
     ;;

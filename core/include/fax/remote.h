@@ -41,6 +41,10 @@ struct CoordinatorOptions {
   double timeout_s = 30;
   /// How often workers send a heartbeat.
   double heartbeat_s = 1;
+  /// A new connection must authenticate (say hello with the token) within this many seconds, or
+  /// it is closed; at most `max_unauthenticated` may be waiting at once (more are closed at once).
+  double handshake_s = 10;
+  int max_unauthenticated = 64;
   /// Where allreduces go; broadcast, allgather and barrier always go through the coordinator.
   Collectives collectives = Collectives::tensorpipe;
   /// The resolved experiment (YAML) every worker loads.
