@@ -330,8 +330,10 @@ int bench_command(const BenchOptions& options) {
     std::printf("%.1f\n", peak_rss_mib());
     return 0;
   }
-  check_output_path(options.output, {}, "the bench results");
-  const FileLock lock(options.output, "fax-run bench");
+  const std::string output = resolve_output(options.output);
+  check_output_path(output, {}, "the bench results");
+  const FileLock lock(output, "fax-run bench");
+  check_replaceable_run_log(output);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int executors = options.executors > 0 ? options.executors : cores;
   // Rounds of a fraction of a second: time enough of them for a stable median. MLP rounds take a
@@ -503,11 +505,11 @@ int bench_command(const BenchOptions& options) {
               options.quick ? ", --quick" : "");
   for (const auto& r : rows) std::printf("  %-46s %-28s %s\n", r.name.c_str(), r.value.c_str(), r.target.c_str());
 
-  RunLog log(options.output, fmt::format("bench: {{quick: {}, executors: {}}}\n", options.quick, executors),
+  RunLog log(output, fmt::format("bench: {{quick: {}, executors: {}}}\n", options.quick, executors),
              {{"fax_version", FAX_VERSION}, {"hardware_threads", std::to_string(cores)}});
   log.append(1, m);
   log.commit();
-  std::printf("  written to %s (fax-run inspect %s)\n", options.output.c_str(), options.output.c_str());
+  std::printf("  written to %s (fax-run inspect %s)\n", output.c_str(), output.c_str());
   return 0;
 }
 

@@ -99,7 +99,8 @@ int plot_command(const PlotOptions& options) {
   const std::vector<Run> runs = collect_runs(options.runs);
   std::vector<std::string> inputs = options.runs;
   for (const auto& run : runs) inputs.push_back(run.path);
-  check_output_path(options.output, inputs, "the chart");
+  const std::string output = resolve_output(options.output);
+  check_output_path(output, inputs, "the chart");
   const std::vector<Legend> legend = legends(runs);
   // Repeats of a setting over seeds share its colour and differ in dash.
   std::vector<std::string> settings;
@@ -125,8 +126,8 @@ int plot_command(const PlotOptions& options) {
   chart.width = options.width;
   chart.height = options.height;
   const std::string svg = svg_line_chart(series, chart);
-  write_file_atomically(options.output, svg);
-  std::printf("wrote %s: %s of %zu run%s\n", options.output.c_str(), options.metric.c_str(), runs.size(),
+  write_file_atomically(output, svg);
+  std::printf("wrote %s: %s of %zu run%s\n", output.c_str(), options.metric.c_str(), runs.size(),
               runs.size() == 1 ? "" : "s");
   return 0;
 }

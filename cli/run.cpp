@@ -234,9 +234,12 @@ int execute(const ExperimentSetup& setup, const std::string& source, const std::
   const RunResult result = experiment.run(&*log, std::ref(progress), point ? &*point : nullptr,
                                           [] { return stop_signal.load() != 0; });
   if (result.stopped) {
-    if (result.rounds_done == 0 && log->deferred()) {
-      std::fprintf(stderr, "fax-run: stopped by signal %d in round 1 of %lld; nothing was written (%s is unchanged)\n",
-                   stop_signal.load(), static_cast<long long>(rounds), output.c_str());
+    if (result.rounds_done == 0) {
+      // Nothing to checkpoint: no round was completed, here or before.
+      std::fprintf(stderr, "fax-run: stopped by signal %d in round 1 of %lld; no round was completed%s\n",
+                   stop_signal.load(), static_cast<long long>(rounds),
+                   log->deferred() ? fmt::format(" ({} is unchanged)", output).c_str()
+                                   : "; nothing to resume: run it again");
     } else {
       std::fprintf(stderr, "fax-run: stopped by signal %d after round %lld of %lld; the state is checkpointed: "
                            "continue with 'fax-run resume %s'\n",
@@ -274,24 +277,26 @@ int run_command(const RunOptions& options) {
     std::printf("note: %s has a sweep: section; 'fax-run run' runs the experiment as written, 'fax-run sweep' its trials\n",
                 options.experiment.c_str());
   }
-  const std::string output = options.output.empty()
-                                 ? std::filesystem::path(options.experiment).stem().string() + ".h5"
-                                 : options.output;
+  const std::string output = resolve_output(options.output.empty()
+                                                ? std::filesystem::path(options.experiment).stem().string() + ".h5"
+                                                : options.output);
   std::vector<std::string> inputs = experiment_inputs(setup, options.experiment);
   inputs.push_back(options.remote.token_file);
   check_output_path(output, inputs, "the run log");
   const FileLock lock(output, "fax-run run " + options.experiment);
+  check_replaceable_run_log(output);
   return execute(setup, options.experiment, output, options.quiet, false, options.force, options.remote);
 }
 
 int resume_command(const ResumeOptions& options) {
-  check_output_path(options.run, {options.remote.token_file}, "the run log");
-  const FileLock lock(options.run, "fax-run resume " + options.run);
+  const std::string run = resolve_output(options.run);
+  check_output_path(run, {options.remote.token_file}, "the run log");
+  const FileLock lock(run, "fax-run resume " + run);
   const PluginLoader loader(options.plugin_dirs);
   // The run log holds the resolved experiment: resolving it again rebuilds the same run.
-  const std::string config_text = RunLogReader(options.run).config();
-  const ExperimentSetup setup = resolve_experiment(Config::from_yaml(config_text, options.run + ":/config"), loader);
-  return execute(setup, options.run + ":/config", options.run, options.quiet, true, options.force, options.remote);
+  const std::string config_text = RunLogReader(run).config();
+  const ExperimentSetup setup = resolve_experiment(Config::from_yaml(config_text, run + ":/config"), loader);
+  return execute(setup, run + ":/config", run, options.quiet, true, options.force, options.remote);
 }
 
 }  // namespace fax::cli

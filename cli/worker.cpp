@@ -1,9 +1,9 @@
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 
 #include <fax/error.h>
 #include <fax/experiment.h>
+#include <fax/files.h>
 #include <fax/remote.h>
 
 #include "commands.h"
@@ -26,9 +26,8 @@ struct WorkerExperiment {
 std::string read_token(const std::string& file) {
   std::string token;
   if (!file.empty()) {
-    std::ifstream in(file);
-    FAX_CHECK(in.good(), "--token-file {}: cannot read it", file);
-    std::getline(in, token);
+    const std::string text = read_regular_file(file, size_t{1} << 20, "the token file (--token-file)");
+    token = text.substr(0, text.find('\n'));
     while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
     FAX_CHECK(!token.empty(), "--token-file {}: the first line (the token) is empty", file);
   } else if (const char* env = std::getenv("FAX_TOKEN")) {

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <fstream>
 #include <filesystem>
 #include <sstream>
 #include <unordered_map>
@@ -11,6 +10,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <fax/error.h>
+#include <fax/files.h>
 
 #include "yaml_load.h"
 
@@ -245,19 +245,7 @@ Config Config::from_yaml(const std::string& text, const std::string& source) {
 }
 
 std::string read_experiment_file(const std::string& path) {
-  constexpr std::streamsize kMaxBytes = std::streamsize{16} << 20;
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  FAX_CHECK(!ec && std::filesystem::exists(status), "{}: cannot open the experiment file: no such file", path);
-  FAX_CHECK(!std::filesystem::is_directory(status), "{}: is a directory, not an experiment file", path);
-  std::ifstream in(path, std::ios::binary);
-  FAX_CHECK(in.good(), "{}: cannot open the experiment file", path);
-  std::string text(static_cast<size_t>(kMaxBytes) + 1, '\0');
-  in.read(text.data(), kMaxBytes + 1);
-  FAX_CHECK(!in.bad(), "{}: cannot read the experiment file", path);
-  FAX_CHECK(in.gcount() <= kMaxBytes, "{}: larger than {} MiB; an experiment is a small YAML file", path, kMaxBytes >> 20);
-  text.resize(static_cast<size_t>(in.gcount()));
-  return text;
+  return read_regular_file(path, size_t{16} << 20, "the experiment file");
 }
 
 Config Config::from_file(const std::string& path) { return from_yaml(read_experiment_file(path), path); }

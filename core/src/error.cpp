@@ -52,7 +52,10 @@ bool is_out_of_memory(const std::exception_ptr& error) {
   } catch (const std::bad_alloc&) {
     return true;
   } catch (const c10::Error& e) {
-    return std::string(e.what_without_backtrace()).find("can't allocate memory") != std::string::npos;
+    // LibTorch's allocator refusing, or a tensor size past what any allocation can hold.
+    const std::string what = e.what_without_backtrace();
+    return what.find("can't allocate memory") != std::string::npos ||
+           what.find("Storage size calculation overflowed") != std::string::npos;
   } catch (...) {
     return false;
   }

@@ -58,6 +58,19 @@ void fsync_directory(const std::string& dir, const std::string& path) {
   FAX_CHECK(rc == 0 || error == EINVAL, "{}: written, but its directory cannot be synced: {}", path, errno_text(error));
 }
 
+// The temporaries write_file_atomically leaves when its process dies mid-write. Called with the
+// file's lock held: no live writer of `path` exists, so they are all stale.
+void remove_stale_temporaries(const std::string& path) {
+  const fs::path p(path);
+  const std::string prefix = "." + p.filename().string() + ".tmp-";
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(directory_of(path), ec)) {
+    if (entry.path().filename().string().rfind(prefix, 0) != 0) continue;
+    std::error_code ignored;
+    fs::remove(entry.path(), ignored);
+  }
+}
+
 }  // namespace
 
 void write_file_atomically(const std::string& path, const void* data, size_t size) {
@@ -86,6 +99,43 @@ void write_file_atomically(const std::string& path, const void* data, size_t siz
 
 void write_file_atomically(const std::string& path, const std::string& text) {
   write_file_atomically(path, text.data(), text.size());
+}
+
+std::string read_regular_file(const std::string& path, size_t max_bytes, const std::string& what) {
+  struct stat info {};
+  FAX_CHECK(::stat(path.c_str(), &info) == 0, "{}: cannot open {}: {}", path, what, errno_text(errno));
+  FAX_CHECK(!S_ISDIR(info.st_mode), "{}: is a directory; {} must be a regular file", path, what);
+  FAX_CHECK(S_ISREG(info.st_mode), "{}: is not a regular file (a FIFO, device or socket); {} must be one", path, what);
+  FAX_CHECK(static_cast<uint64_t>(info.st_size) <= max_bytes, "{}: larger than {} MiB; {} is a small file", path,
+            max_bytes >> 20, what);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  FAX_CHECK(fd >= 0, "{}: cannot open {}: {}", path, what, errno_text(errno));
+  // Read at most one byte past the limit: a file that grows meanwhile is still refused.
+  std::string text(max_bytes + 1, '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int error = n < 0 ? errno : 0;
+      ::close(fd);
+      FAX_CHECK(n == 0, "{}: cannot read {}: {}", path, what, errno_text(error));
+      break;
+    }
+    got += static_cast<size_t>(n);
+  }
+  if (got <= max_bytes) ::close(fd);
+  FAX_CHECK(got <= max_bytes, "{}: larger than {} MiB; {} is a small file", path, max_bytes >> 20, what);
+  text.resize(got);
+  return text;
+}
+
+std::string resolve_output(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_symlink(path, ec)) return path;
+  const fs::path target = fs::canonical(path, ec);
+  FAX_CHECK(!ec, "{}: a symbolic link to nothing that exists ({})", path, ec.message());
+  return target.string();
 }
 
 void check_output_path(const std::string& path, const std::vector<std::string>& inputs, const std::string& what) {
@@ -139,6 +189,7 @@ FileLock::FileLock(const std::string& path, const std::string& purpose) : lock_p
       // (a full disk) still locks.
       if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, text.data(), text.size(), 0);
       fd_ = fd;
+      remove_stale_temporaries(path);
       return;
     }
     ::close(fd);

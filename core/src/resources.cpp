@@ -113,9 +113,10 @@ ResourceEstimate estimate_resources(const Config& config, int64_t data_bytes, co
   const int64_t batch = setting_or(config, "algorithm.batch_size", 0) > 0 ? config.get_int("algorithm.batch_size")
                                                                            : kUnknownBatch;
   const int64_t activations = std::max<int64_t>(model->activations_per_example(), 1);
-  // Inputs are read once per step; slots of a step are indexed and masked (int64 + float).
+  const int64_t epochs = std::max<int64_t>(setting_or(config, "algorithm.local_epochs", 1), 1);
+  // Every slot of every step of every epoch is indexed and masked up front (int64 + float).
   const int64_t per_client = add({mul({kClientCopies, parameter_bytes}), mul({batch, kClientCopies, activations, 4}),
-                                  mul({batch, 12})});
+                                  mul({epochs, batch, 12})});
   const int64_t evaluation = mul({kEvalBatch, activations, 4, 2});
   e.chunk_bytes = mul({executors, add({mul({chunk, per_client}), evaluation})});
   return e;
@@ -141,10 +142,13 @@ int64_t MachineResources::max_threads() const { return std::max<int64_t>(64, 8 *
 std::string check_resources(const ResourceEstimate& estimate, const MachineResources& machine, bool force) {
   std::string problem;
   if (estimate.total_bytes() > machine.memory_bytes) {
+    const int64_t total = estimate.total_bytes();
     problem = fmt::format(
-        "the run needs about {} of memory ({}), but this host has {} available; use smaller settings (model "
-        "widths, data.clients, algorithm.batch_size, execution.vectorize, execution.executors)",
-        format_bytes(estimate.total_bytes()), estimate.describe(), format_bytes(machine.memory_bytes));
+        "the run needs {} of memory ({}), but this host has {} available; use smaller settings (model widths, "
+        "data.clients, data.dimension, algorithm.batch_size, algorithm.local_epochs, execution.vectorize, "
+        "execution.executors)",
+        total == kMax ? format_bytes(total) : "about " + format_bytes(total), estimate.describe(),
+        format_bytes(machine.memory_bytes));
   } else if (estimate.threads > machine.max_threads()) {
     problem = fmt::format(
         "the run would start {} threads (execution.executors x execution.threads) on a host with {} hardware "

@@ -55,7 +55,28 @@ struct RunLog::Impl {
   std::vector<int64_t> checkpoints;
   bool deferred = false;        // an existing file waits for the first append to replace it
   bool collect_garbage = true;  // the next commit removes checkpoint files nothing links to
+  // The runs whose checkpoint files the garbage collection may remove: this one, and the run of
+  // a log this one replaces. Files of other runs (a shared or linked folder) are left alone.
+  std::vector<std::string> collectable_runs;
 };
+
+namespace {
+
+// Whether `name` is a checkpoint file of the run `run_id` ("" for logs before run ids), or a
+// temporary file of one that its writer did not finish.
+bool checkpoint_of(const std::string& name, const std::string& run_id) {
+  std::string base = name;
+  if (!base.empty() && base.front() == '.') {
+    const size_t tmp = base.find(".tmp-");
+    if (tmp == std::string::npos) return false;
+    base = base.substr(1, tmp - 1);
+  }
+  const std::string suffix = run_id.empty() ? ".h5" : "-" + run_id + ".h5";
+  return base.size() == 14 + suffix.size() && base.rfind("round-", 0) == 0 &&
+         base.find_first_not_of("0123456789", 6) == 14 && base.compare(14, std::string::npos, suffix) == 0;
+}
+
+}  // namespace
 
 RunLog::RunLog(const std::string& path, const std::string& config_yaml, const StringPairs& env)
     : impl_(std::make_unique<Impl>()), path_(path) {
@@ -63,8 +84,17 @@ RunLog::RunLog(const std::string& path, const std::string& config_yaml, const St
   impl_->env = env;
   impl_->run_id = new_run_id();
   impl_->env.emplace_back("run_id", impl_->run_id);
+  impl_->collectable_runs.push_back(impl_->run_id);
   std::error_code ec;
   impl_->deferred = fs::exists(path, ec);
+  if (impl_->deferred) {
+    // The log this run replaces: its checkpoints go once the replacement is on disk.
+    try {
+      impl_->collectable_runs.push_back(RunLogReader(path).env("run_id"));
+    } catch (const Error&) {
+      // Not a readable log: nothing of it is collected.
+    }
+  }
   if (!impl_->deferred) commit();
 }
 
@@ -82,6 +112,7 @@ RunLog RunLog::resume(const std::string& path, int64_t after_round) {
   m.config = reader.config();
   m.env = reader.env();
   m.run_id = reader.env("run_id");
+  m.collectable_runs.push_back(m.run_id);
   const std::vector<int64_t> rounds = reader.rounds();
   size_t keep = 0;
   while (keep < rounds.size() && rounds[keep] <= after_round) ++keep;
@@ -141,14 +172,20 @@ void RunLog::commit() {
   if (!m.collect_garbage) return;
   m.collect_garbage = false;
   // Only now that the new log is on disk: until then the old log may still link these files.
+  // Only checkpoint files (and their unfinished temporaries) of this run and of the run it
+  // replaced are candidates; anything else in the folder is not fax's to delete.
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(checkpoint_dir(path_), ec)) {
-    const std::string file = entry.path().string();
-    const bool linked = std::any_of(m.checkpoints.begin(), m.checkpoints.end(),
-                                    [&](int64_t r) { return checkpoint_file(path_, r, m.run_id) == file; });
+    const std::string name = entry.path().filename().string();
+    const bool ours = std::any_of(m.collectable_runs.begin(), m.collectable_runs.end(),
+                                  [&](const std::string& run) { return checkpoint_of(name, run); });
+    const bool linked = std::any_of(m.checkpoints.begin(), m.checkpoints.end(), [&](int64_t r) {
+      return RunLogReader::checkpoint_name(r, m.run_id) == name;
+    });
     std::error_code ignored;
-    if (!linked) fs::remove(entry.path(), ignored);
+    if (ours && !linked) fs::remove(entry.path(), ignored);
   }
+  m.collectable_runs = {m.run_id};
 }
 
 void RunLog::set_env(const std::string& key, const std::string& value) {
@@ -245,6 +282,18 @@ at::Tensor read_checked(const h5::File& file, const std::string& name, at::Scala
 }
 
 }  // namespace
+
+void check_replaceable_run_log(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return;
+  bool run_log = false;
+  try {
+    run_log = RunLogReader(path).has("/metrics/round");
+  } catch (const Error&) {
+  }
+  FAX_CHECK(run_log, "{}: exists and is not a fax run log; fax replaces only its own logs (remove it or choose "
+            "another output)", path);
+}
 
 RunLogReader::RunLogReader(const std::string& path) : file_(path) {
   FAX_CHECK(file_.exists("/config"), "{}: not a fax run log (no /config)", path);

@@ -186,6 +186,7 @@ struct WriteOp {
 // One socket. Everything here is guarded by the loop's mutex.
 struct ConnState {
   int fd = -1;
+  uint64_t key = 0;  // its epoll registration: keys are never reused, fd numbers are
   bool connecting = false;
   tp::Error error;  // set once: the connection is done
   // Accepted connections are gated until their first message is whole and parses.
@@ -205,6 +206,7 @@ struct ConnState {
 
 struct ListenerState {
   int fd = -1;
+  uint64_t key = 0;
   std::string addr;
   tp::Error error;
   bool paused = false;  // out of file descriptors: accepting resumes at the next tick
@@ -261,7 +263,7 @@ class Loop : public std::enable_shared_from_this<Loop> {
     if (epoll_ < 0 || wake_ < 0) throw std::system_error(errno, std::generic_category(), "epoll/eventfd");
     epoll_event ev{};
     ev.events = EPOLLIN;
-    ev.data.fd = wake_;
+    ev.data.u64 = kWakeKey;
     epoll_ctl(epoll_, EPOLL_CTL_ADD, wake_, &ev);
   }
 
@@ -328,10 +330,11 @@ class Loop : public std::enable_shared_from_this<Loop> {
       ::close(fd);
       throw std::runtime_error("the transport is closed");
     }
-    listeners_[fd] = l;
+    l->key = next_key_++;
+    listeners_[l->key] = l;
     epoll_event ev{};
     ev.events = EPOLLIN;
-    ev.data.fd = fd;
+    ev.data.u64 = l->key;
     epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev);
     return l;
   }
@@ -402,10 +405,12 @@ class Loop : public std::enable_shared_from_this<Loop> {
       std::lock_guard<std::mutex> lock(mu_);
       if (closed_) return;
       closed_ = true;
-      for (auto& [fd, l] : std::map<int, std::shared_ptr<ListenerState>>(listeners_)) {
+      for (auto& [key, l] : std::map<uint64_t, std::shared_ptr<ListenerState>>(listeners_)) {
         shut(l, make_error<tpt::ContextClosedError>());
       }
-      for (auto& [fd, c] : std::map<int, std::shared_ptr<ConnState>>(conns_)) fail(c, make_error<tpt::ContextClosedError>());
+      for (auto& [key, c] : std::map<uint64_t, std::shared_ptr<ConnState>>(conns_)) {
+        fail(c, make_error<tpt::ContextClosedError>());
+      }
     }
     wake();
   }
@@ -435,9 +440,10 @@ class Loop : public std::enable_shared_from_this<Loop> {
   }
 
   void add(const std::shared_ptr<ConnState>& c) {
-    conns_[c->fd] = c;
+    c->key = next_key_++;
+    conns_[c->key] = c;
     epoll_event ev{};
-    ev.data.fd = c->fd;
+    ev.data.u64 = c->key;
     c->events = 0;
     epoll_ctl(epoll_, EPOLL_CTL_ADD, c->fd, &ev);
     touch(c);
@@ -457,19 +463,21 @@ class Loop : public std::enable_shared_from_this<Loop> {
       {
         std::lock_guard<std::mutex> lock(mu_);
         for (int i = 0; i < n; ++i) {
-          const int fd = events[i].data.fd;
-          if (fd == wake_) {
+          // By key, not fd: a socket closed since epoll_wait returned may have handed its fd
+          // number to a new one, and its events must not land there.
+          const uint64_t key = events[i].data.u64;
+          if (key == kWakeKey) {
             uint64_t count;
             (void)!::read(wake_, &count, sizeof count);
             continue;
           }
           // Copies: servicing a socket can remove it from the map.
-          if (auto l = listeners_.find(fd); l != listeners_.end()) {
+          if (auto l = listeners_.find(key); l != listeners_.end()) {
             const auto listener = l->second;
             accept_all(listener);
             continue;
           }
-          if (auto c = conns_.find(fd); c != conns_.end()) {
+          if (auto c = conns_.find(key); c != conns_.end()) {
             const auto conn = c->second;
             service(conn, events[i].events);
           }
@@ -495,7 +503,7 @@ class Loop : public std::enable_shared_from_this<Loop> {
     std::lock_guard<std::mutex> lock(mu_);
     if (!later_.empty() || !dirty_.empty()) return 0;
     auto next = Clock::now() + std::chrono::milliseconds(200);
-    for (const auto& [fd, c] : conns_)
+    for (const auto& [key, c] : conns_)
       if (c->gate) next = std::min(next, c->deadline);
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count();
     return static_cast<int>(std::max<int64_t>(ms, 0) + 1);
@@ -506,16 +514,16 @@ class Loop : public std::enable_shared_from_this<Loop> {
   void expire() {
     const auto now = Clock::now();
     std::vector<std::shared_ptr<ConnState>> late;
-    for (const auto& [fd, c] : conns_)
+    for (const auto& [key, c] : conns_)
       if (c->gate && c->deadline <= now) late.push_back(c);
     for (auto& c : late) fail(c, tcp_error("no hello within the deadline"));
-    for (auto& [fd, l] : listeners_) {
+    for (auto& [key, l] : listeners_) {
       if (!l->paused) continue;
       l->paused = false;
       epoll_event ev{};
       ev.events = EPOLLIN;
-      ev.data.fd = fd;
-      epoll_ctl(epoll_, EPOLL_CTL_MOD, fd, &ev);
+      ev.data.u64 = key;
+      epoll_ctl(epoll_, EPOLL_CTL_MOD, l->fd, &ev);
     }
   }
 
@@ -528,7 +536,7 @@ class Loop : public std::enable_shared_from_this<Loop> {
           // The pending connection stays in the backlog: stop polling it until the next tick.
           l->paused = true;
           epoll_event ev{};
-          ev.data.fd = l->fd;
+          ev.data.u64 = l->key;
           epoll_ctl(epoll_, EPOLL_CTL_MOD, l->fd, &ev);
         }
         return;
@@ -572,13 +580,13 @@ class Loop : public std::enable_shared_from_this<Loop> {
     if (l->fd >= 0) {
       epoll_ctl(epoll_, EPOLL_CTL_DEL, l->fd, nullptr);
       ::close(l->fd);
-      listeners_.erase(l->fd);
+      listeners_.erase(l->key);
       l->fd = -1;
     }
     for (auto& c : l->ready) fail(c, l->error);
     l->ready.clear();
     std::vector<std::shared_ptr<ConnState>> gated;
-    for (const auto& [fd, c] : conns_)
+    for (const auto& [key, c] : conns_)
       if (c->gate == l) gated.push_back(c);
     for (auto& c : gated) fail(c, l->error);
     match(l);
@@ -591,7 +599,7 @@ class Loop : public std::enable_shared_from_this<Loop> {
     if (c->fd >= 0) {
       epoll_ctl(epoll_, EPOLL_CTL_DEL, c->fd, nullptr);
       ::close(c->fd);
-      conns_.erase(c->fd);
+      conns_.erase(c->key);
       c->fd = -1;
     }
     if (c->gate) {
@@ -619,6 +627,9 @@ class Loop : public std::enable_shared_from_this<Loop> {
       socklen_t size = sizeof error;
       getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &error, &size);
       if (error != 0) return fail(c, make_error<tp::SystemError>("connect", error));
+      sockaddr_in peer{};
+      socklen_t peer_size = sizeof peer;
+      if (getpeername(c->fd, reinterpret_cast<sockaddr*>(&peer), &peer_size) != 0) return watch(c);  // not yet
       c->connecting = false;
     }
     if (!write_some(c) || !read_some(c)) return;
@@ -640,7 +651,7 @@ class Loop : public std::enable_shared_from_this<Loop> {
     c->events = want;
     epoll_event ev{};
     ev.events = want;
-    ev.data.fd = c->fd;
+    ev.data.u64 = c->key;
     epoll_ctl(epoll_, EPOLL_CTL_MOD, c->fd, &ev);
   }
 
@@ -823,8 +834,10 @@ class Loop : public std::enable_shared_from_this<Loop> {
   std::mutex mu_;
   bool closed_ = false;
   bool stopped_ = false;  // the thread has ended: operations are answered by their caller
-  std::map<int, std::shared_ptr<ConnState>> conns_;
-  std::map<int, std::shared_ptr<ListenerState>> listeners_;
+  static constexpr uint64_t kWakeKey = 0;
+  uint64_t next_key_ = 1;
+  std::map<uint64_t, std::shared_ptr<ConnState>> conns_;
+  std::map<uint64_t, std::shared_ptr<ListenerState>> listeners_;
   std::deque<std::shared_ptr<ConnState>> dirty_;
   std::vector<std::function<void()>> later_;
 };

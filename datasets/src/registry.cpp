@@ -31,6 +31,13 @@ int64_t times(std::initializer_list<int64_t> factors) {
   return out;
 }
 
+int64_t plus(std::initializer_list<int64_t> terms) {
+  int64_t out = 0;
+  for (int64_t t : terms)
+    if (__builtin_add_overflow(out, std::max<int64_t>(t, 0), &out)) return std::numeric_limits<int64_t>::max();
+  return out;
+}
+
 // The bytes of a file, or of the regular files of a folder; 0 when neither exists (create() says why).
 int64_t bytes_on_disk(const std::string& path) {
   namespace fs = std::filesystem;
@@ -76,8 +83,12 @@ const std::vector<DatasetEntry>& dataset_registry() {
          return std::make_unique<SyntheticDataset>(o);
        },
        [](const Config& c) {
-         // Each client's inputs and labels, kept once for training and copied once into the test split.
-         return times({2, c.get_int("data.clients"), kSyntheticExamples, c.get_int("data.dimension") * 4 + 8});
+         // Each client's inputs (float) and labels (int64), kept once for training and copied once
+         // into the test split; and the [dimension, classes] models drawn for each client.
+         const int64_t dimension = c.get_int("data.dimension");
+         const int64_t per_example = plus({times({dimension, 4}), 8});
+         return plus({times({2, c.get_int("data.clients"), kSyntheticExamples, per_example}),
+                      times({3, dimension, c.get_int("data.classes"), 4})});
        }},
       {"fmnist",
        "Fashion-MNIST (Xiao et al. 2017), 60k training images split into clients, the 10k test images",
@@ -91,7 +102,7 @@ const std::vector<DatasetEntry>& dataset_registry() {
        [](const Config& c) -> std::unique_ptr<FederatedDataset> {
          return load_fashion_mnist(c.get_string("data.path"), partition_options(c));
        },
-       [](const Config& c) { return kFashionMnistBytes + times({c.get_int("data.clients"), 64}); }},
+       [](const Config& c) { return plus({kFashionMnistBytes, times({c.get_int("data.clients"), 64})}); }},
       {"tff_hdf5", "a TensorFlow Federated HDF5 file (fed_emnist schema: /examples/<client>/<feature>)",
        {string_key("path", "", "the training file"),
         string_key("test_path", "", "the test file with the same schema; empty: hold out test_fraction per client"),
@@ -110,7 +121,7 @@ const std::vector<DatasetEntry>& dataset_registry() {
        },
        [](const Config& c) {
          // Pixels stored as bytes become floats.
-         return times({4, bytes_on_disk(c.get_string("data.path")) + bytes_on_disk(c.get_string("data.test_path"))});
+         return times({4, plus({bytes_on_disk(c.get_string("data.path")), bytes_on_disk(c.get_string("data.test_path"))})});
        }},
       {"text", "next-token prediction on text: a folder (client per file), client<TAB>text lines, or TFF HDF5 strings",
        {string_key("path", "", "the corpus: a folder, a text file or a .h5 file"),
@@ -147,7 +158,8 @@ const std::vector<DatasetEntry>& dataset_registry() {
          return make_synthetic_tokens(o);
        },
        [](const Config& c) {
-         return times({16, c.get_int("data.clients"), c.get_int("data.sequences"), c.get_int("data.sequence_length") + 1});
+         return times({16, c.get_int("data.clients"), c.get_int("data.sequences"),
+                       plus({c.get_int("data.sequence_length"), 1})});
        }},
   };
   return registry;

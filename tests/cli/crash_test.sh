@@ -38,7 +38,9 @@ for trial in $(seq 1 "$trials"); do
   "$FAX_RUN" run "$experiment" -q -o "$log" "${settings[@]}" &
   pid=$!
   sleep "$delay"
-  kill -9 "$pid" 2>/dev/null
+  # Only if it is still this script's child: a run that already ended has given its pid back, and
+  # another test's process may have it by now (pids wrap at 32768).
+  [[ $(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ') == "$$" ]] && kill -9 "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
   if [[ -e $log ]]; then
     "$PYTHON" -c "import h5py, sys; f = h5py.File(sys.argv[1]); f['metrics/round'][()]; f['config'][()]" "$log" \
@@ -60,7 +62,10 @@ for sig in TERM INT; do
   "$FAX_RUN" run "$experiment" -q -o "$log" "${settings[@]}" --set logging.checkpoint_every=0 2> "$sig.err" &
   pid=$!
   # Signal once the first round is logged: the handlers are in place by then, however loaded the machine.
-  for _ in $(seq 1 300); do [[ -e $log ]] && break; sleep 0.1; done
+  for _ in $(seq 1 300); do
+    [[ $("$PYTHON" -c 'import sys, h5py; print(len(h5py.File(sys.argv[1])["metrics/round"]))' "$log" 2>/dev/null) -ge 1 ]]       && break
+    sleep 0.1
+  done
   kill -s "$sig" "$pid"
   wait "$pid"
   status=$?

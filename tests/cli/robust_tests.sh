@@ -83,6 +83,14 @@ case "$1" in
     run_expect 2 "live\.h5 is in use by fax-run run .*synthetic_fedavg\.yaml \(pid $live on .*\)" -- \
       "$FAX_RUN" run "$experiment" -q -o "$WORK/live.h5" --set rounds=2
     run_expect 2 "live\.h5 is in use by fax-run run" -- "$FAX_RUN" resume "$WORK/live.h5" -q
+    # The same log through a link, its lock file, one of its checkpoints: none is a way around.
+    ln -s "$WORK/live.h5" "$WORK/alias.h5"
+    run_expect 2 "live\.h5 is in use by fax-run run" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/alias.h5" --set rounds=2
+    run_expect 2 "live\.h5\.lock: exists and is not a fax run log" -- \
+      "$FAX_RUN" run "$experiment" -q -o "$WORK/live.h5.lock" --set rounds=2
+    checkpoint=$(ls "$WORK/live.h5.checkpoints" | head -1)
+    run_expect 2 "$checkpoint: exists and is not a fax run log" -- \
+      "$FAX_RUN" run "$experiment" -q -o "$WORK/live.h5.checkpoints/$checkpoint" --set rounds=2
     kill -TERM "$live"
     wait "$live"
     [[ $? -eq $((128 + 15)) ]] || fail "the live run did not stop cleanly"
@@ -137,6 +145,16 @@ PY
     run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/run.h5" --set rounds=2 --set logging.checkpoint_every=1
     check_log "$WORK/run.h5" 2
     [[ $(ls "$WORK/run.h5.checkpoints" | wc -l) -eq 2 ]] || fail "the replaced run's checkpoints are still there: $(ls "$WORK/run.h5.checkpoints")"
+    # A checkpoint folder that is a link to a shared one: replacing the run removes only its own
+    # checkpoints and the replaced run's, never another run's or anyone's files.
+    mkdir -p "$WORK/shared"
+    echo precious > "$WORK/shared/notes.txt"
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/other.h5" --set rounds=2 --set logging.checkpoint_every=1
+    cp "$WORK/other.h5.checkpoints"/* "$WORK/shared/"
+    ln -s "$WORK/shared" "$WORK/linked.h5.checkpoints"
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/linked.h5" --set rounds=2 --set logging.checkpoint_every=1
+    [[ $(cat "$WORK/shared/notes.txt") == precious ]] || fail "a file of the shared folder was removed"
+    [[ $(ls "$WORK/shared" | wc -l) -eq 5 ]] || fail "the shared folder lost another run's checkpoints: $(ls "$WORK/shared")"
     ;;
   foreign_checkpoint)
     # resume reads a checkpoint only from the log's own folder, and only this run's file of that round.
@@ -214,9 +232,16 @@ PY
     printf 'rounds: 3\n---\nrounds: 4\n' | write two.yaml
     run_expect 2 "two\.yaml: holds 2 YAML documents" -- "$FAX_RUN" run "$WORK/two.yaml" --dry-run
     mkdir -p "$WORK/dir.yaml"
-    run_expect 2 "dir\.yaml: is a directory, not an experiment file" -- "$FAX_RUN" run "$WORK/dir.yaml"
-    run_expect 2 "dir\.yaml: is a directory, not an experiment file" -- "$FAX_RUN" sweep "$WORK/dir.yaml"
-    run_expect 2 "larger than 16 MiB" -- "$FAX_RUN" run /dev/zero --dry-run
+    run_expect 2 "dir\.yaml: is a directory; the experiment file must be a regular file" -- "$FAX_RUN" run "$WORK/dir.yaml"
+    run_expect 2 "dir\.yaml: is a directory; the experiment file must be a regular file" -- "$FAX_RUN" sweep "$WORK/dir.yaml"
+    truncate -s 17M "$WORK/huge.yaml"
+    run_expect 2 "huge\.yaml: larger than 16 MiB" -- "$FAX_RUN" run "$WORK/huge.yaml" --dry-run
+    # A FIFO would block for ever, a device never end.
+    mkfifo "$WORK/fifo.yaml"
+    run_expect 2 "fifo\.yaml: is not a regular file" -- timeout 20 "$FAX_RUN" run "$WORK/fifo.yaml" --dry-run
+    run_expect 2 "/dev/zero: is not a regular file" -- timeout 20 "$FAX_RUN" run /dev/zero --dry-run
+    run_expect 2 "fifo\.yaml: is not a regular file .*the token file" -- \
+      timeout 20 "$FAX_RUN" worker --connect 127.0.0.1:1 --token-file "$WORK/fifo.yaml"
     ;;
   plugin_faults)
     # A library that crashes when loaded: listed as refused, the others still listed; a mistyped
@@ -294,9 +319,10 @@ PY
   resource_limits)
     # Sizes that cannot fit are refused before anything is allocated: one line, exit 2, in seconds.
     for setting in "model.name=mlp --set model.hidden=100000000,100000000" "data.clients=1000000000" \
-                   "algorithm.batch_size=1000000000" "data.dimension=100000000"; do
+                   "algorithm.batch_size=1000000000" "data.dimension=100000000" "data.dimension=4611686018427387903" \
+                   "data.classes=9223372036854775807" "algorithm.local_epochs=9223372036854775807"; do
       read -ra extra <<< "--set $setting"
-      run_expect 2 "the run needs about .* of memory \(data .*, model .*, local training .*\), but this host has .* available; .*--force runs it anyway" -- \
+      run_expect 2 "the run needs .* of memory \(data .*, model .*, local training .*\), but this host has .* available; .*--force runs it anyway" -- \
         timeout 20 "$FAX_RUN" run "$experiment" -q -o "$WORK/big.h5" --set rounds=1 "${extra[@]}"
     done
     [[ -e $WORK/big.h5 ]] && fail "a refused run wrote its log"
@@ -325,6 +351,17 @@ PY
       timeout 20 "$FAX_RUN" sweep "$WORK/grid.yaml" -o "$WORK/grid.sweep" --dry-run
     ;;
   sigterm_mid_round)
+    # Stopped in round 1 of a new log: nothing was completed, and it says so.
+    "$FAX_RUN" run "$experiment" -q -o "$WORK/first.h5" --set rounds=3 --set algorithm.local_epochs=150 2> "$WORK/first.err" &
+    pid=$!
+    workers+=("$pid")
+    for _ in $(seq 1 300); do [[ -e $WORK/first.h5 ]] && break; sleep 0.1; done
+    sleep 0.5
+    kill -TERM "$pid"
+    wait "$pid"
+    [[ $? -eq 143 ]] || fail "SIGTERM in round 1: $(cat "$WORK/first.err")"
+    grep -q "stopped by signal 15 in round 1 of 3; no round was completed; nothing to resume: run it again" "$WORK/first.err" \
+      || fail "SIGTERM in round 1: $(cat "$WORK/first.err")"
     # Rounds of several seconds (150 local epochs): SIGTERM in the middle of round 2 stops the run
     # within a local step, checkpoints round 1, and the resumed run ends bit-identical to one that
     # was never stopped (one executor, and two, whose collectives are released).

@@ -77,8 +77,8 @@ TEST(Config, RejectsMalformedDocuments) {
   EXPECT_EQ(syntax.rfind("e.yaml:", 0), 0u) << syntax;
   EXPECT_NE(syntax.find("YAML syntax error"), std::string::npos) << syntax;
   EXPECT_EQ(test::error_of([] { Config::from_file("/nonexistent/exp.yaml"); }),
-            "/nonexistent/exp.yaml: cannot open the experiment file: no such file");
-  EXPECT_EQ(test::error_of([] { Config::from_file("/"); }), "/: is a directory, not an experiment file");
+            "/nonexistent/exp.yaml: cannot open the experiment file: No such file or directory");
+  EXPECT_EQ(test::error_of([] { Config::from_file("/"); }), "/: is a directory; the experiment file must be a regular file");
   EXPECT_EQ(test::error_of([] { Config::from_yaml("rounds: 3\n---\nrounds: 4\n", "e.yaml"); }),
             "e.yaml: holds 2 YAML documents (separated by '---'); an experiment is one document");
   Config c;

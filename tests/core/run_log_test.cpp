@@ -1,7 +1,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
+#include <fax/files.h>
 #include <fax/run_log.h>
 
 #include "helpers.h"
@@ -125,6 +127,36 @@ TEST_F(RunLogTest, CheckpointsAreReadOnlyFromTheirOwnFolderAndRun) {
   std::filesystem::copy_file(path, dir / "moved" / "run.h5");
   const std::string missing = test::error_of([&] { RunLogReader((dir / "moved" / "run.h5").string()).checkpoint(1); });
   EXPECT_NE(missing.find("the checkpoint of round 1 is missing"), std::string::npos) << missing;
+}
+
+TEST_F(RunLogTest, FilesAreReplacedWholeAndLockedAgainstASecondWriter) {
+  const std::string path = (dir / "out.txt").string();
+  write_file_atomically(path, std::string("first"));
+  write_file_atomically(path, std::string("second"));
+  std::ifstream in(path);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "second");
+  // A directory in the way: refused, nothing left behind.
+  std::filesystem::create_directories(dir / "taken");
+  EXPECT_THROW(write_file_atomically((dir / "taken").string(), std::string("x")), Error);
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  }
+  // A temporary of a writer killed mid-write goes when the file is next locked.
+  std::ofstream(dir / ".out.txt.tmp-1-dead") << "partial";
+  {
+    const FileLock lock(path, "test writer");
+    EXPECT_FALSE(std::filesystem::exists(dir / ".out.txt.tmp-1-dead"));
+    const std::string refused = test::error_of([&] { FileLock second(path, "second writer"); });
+    EXPECT_NE(refused.find("is in use by test writer (pid"), std::string::npos) << refused;
+  }
+  EXPECT_FALSE(std::filesystem::exists(path + ".lock")) << "the lock file outlived its lock";
+  EXPECT_NO_THROW(FileLock(path, "after"));
+  // Outputs that are inputs or not regular files.
+  EXPECT_THROW(check_output_path(path, {path}, "the output"), Error);
+  EXPECT_THROW(check_output_path((dir / "." / "out.txt").string(), {path}, "the output"), Error);
+  EXPECT_THROW(check_output_path("/dev/null", {}, "the output"), Error);
+  EXPECT_THROW(check_output_path(dir.string(), {}, "the output"), Error);
+  EXPECT_NO_THROW(check_output_path((dir / "new.h5").string(), {path}, "the output"));
 }
 
 TEST_F(RunLogTest, UnusableFilesAreUserErrors) {

@@ -71,6 +71,10 @@ class RunLog {
   std::string path_;
 };
 
+/// Refuses (fax::Error) when a file exists at `path` that is not a fax run log: a new run log
+/// replaces only an earlier one, never a lock file, a checkpoint or anyone's data.
+void check_replaceable_run_log(const std::string& path);
+
 /// Reads what RunLog wrote. Every accessor checks the object's type and shape first, so a
 /// malformed or hostile file is a fax::Error naming the file and the object, never a crash.
 class RunLogReader {
