@@ -1,5 +1,9 @@
 #include "yaml_load.h"
 
+#include <sstream>
+
+#include <yaml-cpp/eventhandler.h>
+
 #include <fax/error.h>
 
 namespace fax::detail {
@@ -20,26 +24,48 @@ bool within_budget(const YAML::Node& node, size_t& budget) {
   return true;
 }
 
+// Parser events are not needed, only where documents begin.
+class DocumentCounter : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
 }  // namespace
 
 YAML::Node load_yaml(const std::string& text, const std::string& source) {
-  std::vector<YAML::Node> documents;
+  size_t documents = 0;
+  YAML::Node root;
   try {
-    documents = YAML::LoadAll(text);
+    // yaml-cpp's LoadAll never ends on some inputs (a lone ',' reads as endless empty documents),
+    // so documents are counted with a bounded walk and only the first is built.
+    std::istringstream stream(text);
+    YAML::Parser parser(stream);
+    DocumentCounter counter;
+    while (documents < 2 && parser.HandleNextDocument(counter)) ++documents;
+    if (documents == 1) root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     if (e.mark.is_null()) throw Error(fmt::format("{}: YAML syntax error: {}", source, e.msg));
     throw Error(fmt::format("{}:{}:{}: YAML syntax error: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg));
   }
-  FAX_CHECK(documents.size() <= 1,
-            "{}: holds {} YAML documents (separated by '---'); an experiment is one document", source,
-            documents.size());
-  if (documents.empty()) return YAML::Node();
+  FAX_CHECK(documents <= 1,
+            "{}: holds more than one YAML document (separated by '---', or a stray ',' at the top "
+            "level); an experiment is one document",
+            source);
+  if (documents == 0) return root;
   size_t budget = kMaxYamlNodes;
-  FAX_CHECK(within_budget(documents.front(), budget),
+  FAX_CHECK(within_budget(root, budget),
             "{}: the YAML expands to more than {} nodes (anchors and aliases repeat what they name); an "
             "experiment is a small mapping",
             source, kMaxYamlNodes);
-  return documents.front();
+  return root;
 }
 
 }  // namespace fax::detail

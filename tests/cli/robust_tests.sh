@@ -230,7 +230,7 @@ PY
     "$PYTHON" -c 'print("rounds: " + "[" * 100000 + "]" * 100000)' > "$WORK/deep.yaml"
     run_expect 2 "deep\.yaml.*YAML syntax error" -- timeout 20 "$FAX_RUN" run "$WORK/deep.yaml"
     printf 'rounds: 3\n---\nrounds: 4\n' | write two.yaml
-    run_expect 2 "two\.yaml: holds 2 YAML documents" -- "$FAX_RUN" run "$WORK/two.yaml" --dry-run
+    run_expect 2 "two\.yaml: holds more than one YAML document" -- "$FAX_RUN" run "$WORK/two.yaml" --dry-run
     mkdir -p "$WORK/dir.yaml"
     run_expect 2 "dir\.yaml: is a directory; the experiment file must be a regular file" -- "$FAX_RUN" run "$WORK/dir.yaml"
     run_expect 2 "dir\.yaml: is a directory; the experiment file must be a regular file" -- "$FAX_RUN" sweep "$WORK/dir.yaml"
