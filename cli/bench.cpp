@@ -19,14 +19,19 @@
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
 
-#include <fax/error.h>
-#include <fax/files.h>
-#include <fax/experiment.h>
-#include <fax/layers.h>
-#include <fax/remote.h>
-#include <fax/version.h>
+#include <CLI/CLI.hpp>
+
+#include <fax/base/error.h>
+#include <fax/base/version.h>
+#include <fax/io/config_yaml.h>
+#include <fax/io/files.h>
+#include <fax/nn/layers.h>
+#include <fax/runtime/coordinator.h>
+#include <fax/runtime/experiment.h>
+#include <fax/runtime/worker.h>
 
 #include "commands.h"
+#include "options.h"
 #include "setup.h"
 
 namespace fax::cli {
@@ -192,7 +197,7 @@ class Bench {
     const FederatedDataset& data = *p.data;
     auto algorithm = p.setup.plugin->create();
     RemoteWorkers remote;
-    if (workers > 0) remote = RemoteWorkers(workers, p.setup.config.to_yaml(), loader_dirs_, collectives);
+    if (workers > 0) remote = RemoteWorkers(workers, config_to_yaml(p.setup.config), loader_dirs_, collectives);
     Experiment experiment(p.setup.config, *algorithm, *p.model, data, remote.coordinator.get());
     std::vector<double> ends;
     experiment.run(nullptr, [&](const RoundReport& r) { ends.push_back(r.elapsed_s); });
@@ -252,14 +257,14 @@ class Bench {
   // (one shard each), through the coordinator or over Gloo.
   std::vector<double> allreduce_seconds(const std::vector<int64_t>& elements, Collectives collectives) {
     Case tiny{"  name: synthetic\n", "  name: softmax_regression\n", 10, 2, 2, 0, 1};
-    const ExperimentSetup setup = resolve_experiment(Config::from_yaml(tiny.yaml(), "fax-run bench"), loader_);
-    RemoteWorkers remote(2, setup.config.to_yaml(), loader_dirs_, collectives);
+    const ExperimentSetup setup = resolve_experiment(parse_config(tiny.yaml(), "fax-run bench"), loader_);
+    RemoteWorkers remote(2, config_to_yaml(setup.config), loader_dirs_, collectives);
     std::vector<double> out;
     for (int64_t n : elements) {
       const int64_t repeats = std::max<int64_t>(1, 30'000'000 / n);
       auto probe = [&](int64_t times) {
         const TensorTree input{{"elements", at::tensor(n)}, {"repeats", at::tensor(times)}};
-        remote.coordinator->run(TaskKind::allreduce_probe, {}, Cohort::range(2), 2,
+        remote.coordinator->run(kAllreduceProbe, {}, Cohort::range(2), 2,
                                 [&](int, const ShardLayout&) { return input; });
       };
       probe(1);
@@ -280,7 +285,7 @@ class Bench {
   // The case's resolved settings, its data set (loaded once per data block: Fashion-MNIST takes
   // seconds) and its model.
   Prepared prepare(const Case& c) {
-    ExperimentSetup setup = resolve_experiment(Config::from_yaml(c.yaml(), "fax-run bench"), loader_);
+    ExperimentSetup setup = resolve_experiment(parse_config(c.yaml(), "fax-run bench"), loader_);
     auto& slot = data_[c.data];
     if (!slot) slot = setup.dataset->create(setup.config);
     auto model = setup.model->create(setup.config, {slot->input_shape(), slot->num_classes()});
@@ -321,6 +326,15 @@ struct Row {
 Case rss_case(int64_t cohort) { return {kFmnistLarge, kMlp, cohort, 1, 1, 64, 1}; }
 
 }  // namespace
+
+TensorTree allreduce_probe(Program& program, const TensorTree& input) {
+  const at::Tensor x = at::ones({input.at("elements").item<int64_t>()});
+  std::vector<ShardPartial> partials;
+  const Range shards = program.local_shards();
+  for (int64_t s = shards.begin; s < shards.end; ++s) partials.push_back({s, {x}});
+  for (int64_t r = input.at("repeats").item<int64_t>(); r > 0; --r) program.communicator().allreduce_sum(partials);
+  return {};
+}
 
 int bench_command(const BenchOptions& options) {
   const PluginLoader loader(options.plugin_dirs);
@@ -511,6 +525,19 @@ int bench_command(const BenchOptions& options) {
   log.commit();
   std::printf("  written to %s (fax-run inspect %s)\n", output.c_str(), output.c_str());
   return 0;
+}
+
+Subcommand add_bench_subcommand(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "measure speed and memory against this machine's GEMM peak; print a table and write it to HDF5");
+  cmd->add_flag("--quick", o->quick, "fewer timed rounds (the whole bench in a few minutes)");
+  cmd->add_option("--executors", o->executors, "executor threads (default: one per hardware thread)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("-o,--output", o->output, "the HDF5 file to write (default: o->h5)")->type_name("BENCH.h5");
+  add_plugin_dir_option(*cmd, o->plugin_dirs);
+  cmd->add_option("--rss-probe", o->rss_probe)->group("")->check(CLI::Range(1, 1 << 20));
+  return {cmd, [o] { return bench_command(*o); }};
 }
 
 }  // namespace fax::cli

@@ -1,12 +1,24 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
-#include <fax/sweep.h>
+#include <fax/runtime/remote.h>
+#include <fax/tools/sweep.h>
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace fax::cli {
+
+/// fax-run bench's measure of the data plane, a task `fax-run worker` serves besides the
+/// experiment's: input "elements" and "repeats", that many allreduces of a float32 tensor of that
+/// many elements per logical shard; an empty reply.
+constexpr TaskKind kAllreduceProbe = static_cast<TaskKind>(100);
+TensorTree allreduce_probe(Program& program, const TensorTree& input);
 
 /// Remote executors for run and resume: the coordinator side.
 struct RemoteFlags {
@@ -37,7 +49,7 @@ struct ResumeOptions {
   RemoteFlags remote;
 };
 
-struct WorkerOptions {
+struct WorkerCommandOptions {
   std::string connect;
   std::string token_file;  ///< empty: $FAX_TOKEN
   std::vector<std::string> plugin_dirs;
@@ -100,7 +112,7 @@ int plugins_command(const PluginsOptions& options);
 int inspect_command(const InspectOptions& options);
 int sweep_command(const SweepOptions& options);
 int plot_command(const PlotOptions& options);
-int worker_command(const WorkerOptions& options);
+int worker_command(const WorkerCommandOptions& options);
 int launch_command(const LaunchOptions& options);
 
 /// The shared token of coordinator and workers: the first line of `file`, else $FAX_TOKEN.
@@ -108,5 +120,22 @@ std::string read_token(const std::string& file);
 
 /// The best trial, the settings ranked by their mean over seeds (at most `top`), failed trials.
 void print_sweep_summary(const SweepIndex& index, const std::string& path, size_t top);
+
+/// A subcommand of fax-run as registered: its parser and what runs it once parsed.
+struct Subcommand {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+
+// Each subcommand's file registers it, with its own flags, on fax-run's parser.
+Subcommand add_run_subcommand(CLI::App& app);
+Subcommand add_launch_subcommand(CLI::App& app);
+Subcommand add_resume_subcommand(CLI::App& app);
+Subcommand add_worker_subcommand(CLI::App& app);
+Subcommand add_plugins_subcommand(CLI::App& app);
+Subcommand add_inspect_subcommand(CLI::App& app);
+Subcommand add_sweep_subcommand(CLI::App& app);
+Subcommand add_plot_subcommand(CLI::App& app);
+Subcommand add_bench_subcommand(CLI::App& app);
 
 }  // namespace fax::cli

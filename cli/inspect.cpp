@@ -1,15 +1,20 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 
 #include <fmt/format.h>
 
-#include <fax/config.h>
-#include <fax/report.h>
-#include <fax/run_log.h>
-#include <fax/sweep.h>
+#include <CLI/CLI.hpp>
+
+#include <fax/base/config.h>
+#include <fax/io/config_yaml.h>
+#include <fax/io/run_log.h>
+#include <fax/tools/charts.h>
+#include <fax/tools/sweep.h>
 
 #include "commands.h"
+#include "options.h"
 
 namespace fax::cli {
 
@@ -19,7 +24,7 @@ int inspect_command(const InspectOptions& options) {
     return 0;
   }
   const RunLogReader log(options.run);
-  const Config config = Config::from_yaml(log.config(), options.run + ":/config");
+  const Config config = parse_config(log.config(), options.run + ":/config");
   const std::vector<int64_t> rounds = log.rounds();
 
   std::printf("run log: %s\n", options.run.c_str());
@@ -67,6 +72,15 @@ int inspect_command(const InspectOptions& options) {
     std::printf("\n");
   }
   return 0;
+}
+
+Subcommand add_inspect_subcommand(CLI::App& app) {
+  auto o = std::make_shared<InspectOptions>();
+  CLI::App* cmd =
+      app.add_subcommand("inspect", "summarise a run log (settings, environment, metric sparklines, last rounds) or a sweep index");
+  cmd->add_option("run", o->run, "a run log, or a sweep index (<dir>/sweep.h5)")->required()->type_name("RUN.h5");
+  cmd->add_option("--last", o->last, "rounds to show")->check(CLI::PositiveNumber);
+  return {cmd, [o] { return inspect_command(*o); }};
 }
 
 }  // namespace fax::cli

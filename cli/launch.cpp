@@ -3,11 +3,15 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <memory>
 #include <optional>
 
-#include <fax/error.h>
+#include <CLI/CLI.hpp>
+
+#include <fax/base/error.h>
 
 #include "commands.h"
+#include "options.h"
 
 namespace fax::cli {
 namespace {
@@ -73,7 +77,7 @@ int launch_command(const LaunchOptions& options) {
     if (l.size > 1) run.remote.listen = l.address;
     return run_command(run);
   }
-  WorkerOptions worker;
+  WorkerCommandOptions worker;
   worker.connect = l.address;
   worker.token_file = options.run.remote.token_file;
   worker.plugin_dirs = options.run.plugin_dirs;
@@ -81,6 +85,21 @@ int launch_command(const LaunchOptions& options) {
   worker.name = fmt::format("rank {} on {}", l.rank, host_name());
   worker.quiet = options.run.quiet;
   return worker_command(worker);
+}
+
+Subcommand add_launch_subcommand(CLI::App& app) {
+  auto o = std::make_shared<LaunchOptions>();
+  CLI::App* cmd = add_run_command(
+      app, "launch",
+      "one command for every process of a launcher (torchrun --no-python, srun): rank 0 runs the experiment as "
+      "coordinator, the other ranks are its workers (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; or SLURM_PROCID, "
+      "SLURM_NTASKS)",
+      o->run);
+  add_coordinator_options(*cmd, o->run.remote);
+  cmd->add_option("--connect-timeout", o->connect_timeout_s,
+                         "workers: seconds to keep trying to reach rank 0 (default: 60)")
+      ->check(CLI::Range(0.1, 86400.0))->type_name("S")->group(kRemoteGroup);
+  return {cmd, [o] { return launch_command(*o); }};
 }
 
 }  // namespace fax::cli

@@ -1,17 +1,22 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 
 #include <fmt/format.h>
 
-#include <fax/config.h>
-#include <fax/error.h>
-#include <fax/files.h>
-#include <fax/report.h>
-#include <fax/run_log.h>
-#include <fax/sweep.h>
+#include <CLI/CLI.hpp>
+
+#include <fax/base/config.h>
+#include <fax/base/error.h>
+#include <fax/io/config_yaml.h>
+#include <fax/io/files.h>
+#include <fax/io/run_log.h>
+#include <fax/tools/charts.h>
+#include <fax/tools/sweep.h>
 
 #include "commands.h"
+#include "options.h"
 
 namespace fax::cli {
 namespace {
@@ -30,7 +35,7 @@ std::vector<Run> collect_runs(const std::vector<std::string>& files) {
   for (const auto& file : files) {
     if (!SweepIndex::is_index(file)) {
       RunLogReader log(file);
-      const auto settings = Config::from_yaml(log.config(), file + ":/config").settings();
+      const auto settings = parse_config(log.config(), file + ":/config").settings();
       runs.push_back({file, std::move(log), settings});
       continue;
     }
@@ -130,6 +135,20 @@ int plot_command(const PlotOptions& options) {
   std::printf("wrote %s: %s of %zu run%s\n", output.c_str(), options.metric.c_str(), runs.size(),
               runs.size() == 1 ? "" : "s");
   return 0;
+}
+
+Subcommand add_plot_subcommand(CLI::App& app) {
+  auto o = std::make_shared<PlotOptions>();
+  CLI::App* cmd = app.add_subcommand("plot", "draw a metric of run logs (or of a sweep's trials) as an SVG line chart");
+  cmd->add_option("runs", o->runs, "run logs, or sweep indexes (<dir>/sweep.h5: every finished trial)")
+      ->required()->type_name("FILE.h5...");
+  cmd->add_option("--metric", o->metric, "the metric to draw (default: eval/accuracy)")->type_name("NAME");
+  cmd->add_option("-o,--output", o->output, "the SVG file to write (default: o->svg)")->type_name("OUT.svg");
+  cmd->add_option("--title", o->title, "the chart's title (default: the metric)");
+  cmd->add_flag("--log-y", o->log_y, "logarithmic y axis");
+  cmd->add_option("--width", o->width, "plot width in pixels, without the legend")->check(CLI::Range(200, 10000));
+  cmd->add_option("--height", o->height, "plot height in pixels")->check(CLI::Range(150, 10000));
+  return {cmd, [o] { return plot_command(*o); }};
 }
 
 }  // namespace fax::cli

@@ -7,11 +7,15 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 
-#include <fax/error.h>
-#include <fax/plugin_loader.h>
+#include <CLI/CLI.hpp>
+
+#include <fax/base/error.h>
+#include <fax/runtime/plugin_loader.h>
 
 #include "commands.h"
+#include "options.h"
 
 namespace fax::cli {
 namespace {
@@ -112,6 +116,14 @@ int plugins_command(const PluginsOptions& options) {
     std::fflush(stdout);
   }
   return 0;
+}
+
+Subcommand add_plugins_subcommand(CLI::App& app) {
+  auto o = std::make_shared<PluginsOptions>();
+  CLI::App* cmd = app.add_subcommand("plugins", "list the algorithm plugins found, with versions and keys");
+  add_plugin_dir_option(*cmd, o->plugin_dirs);
+  cmd->add_option("--probe", o->probe)->group("");
+  return {cmd, [o] { return plugins_command(*o); }};
 }
 
 }  // namespace fax::cli

@@ -3,20 +3,25 @@
 #include <atomic>
 #include <cmath>
 #include <csignal>
-#include <optional>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
+#include <optional>
 
-#include <fax/error.h>
-#include <fax/experiment.h>
-#include <fax/files.h>
-#include <fax/interrupt.h>
-#include <fax/resources.h>
-#include <fax/remote.h>
-#include <fax/run_log.h>
-#include <fax/sweep.h>
+#include <CLI/CLI.hpp>
+
+#include <fax/base/error.h>
+#include <fax/base/interrupt.h>
+#include <fax/io/config_yaml.h>
+#include <fax/io/files.h>
+#include <fax/io/run_log.h>
+#include <fax/runtime/coordinator.h>
+#include <fax/runtime/experiment.h>
+#include <fax/runtime/resources.h>
+#include <fax/tools/sweep.h>
 
 #include "commands.h"
+#include "options.h"
 #include "setup.h"
 
 namespace fax::cli {
@@ -126,7 +131,7 @@ std::unique_ptr<Coordinator> start_coordinator(const RemoteFlags& remote, const 
   o.heartbeat_s = std::min(1.0, remote.timeout_s / 4);
   o.handshake_s = remote.handshake_s;
   o.collectives = remote.collectives == "gloo" ? Collectives::gloo : Collectives::tensorpipe;
-  o.experiment = config.to_yaml();
+  o.experiment = config_to_yaml(config);
   o.identity = std::move(identity);
   if (!quiet) {
     o.log = [](const std::string& line) {
@@ -208,7 +213,7 @@ int execute(const ExperimentSetup& setup, const std::string& source, const std::
     env.emplace_back("algorithm", setup.plugin->name);
     env.emplace_back("algorithm_plugin", setup.plugin->path);
     env.emplace_back("identity", identity);
-    log.emplace(output, config.to_yaml(), env);
+    log.emplace(output, config_to_yaml(config), env);
   }
   if (!forced_resources.empty()) log->set_env("forced_resources", forced_resources);
   const int64_t rounds = config.get_int("rounds");
@@ -270,7 +275,7 @@ int run_command(const RunOptions& options) {
   const ExperimentSetup setup = load_experiment(options.experiment, options.overrides, loader);
   if (options.dry_run) {
     std::printf("# fax-run %s: resolved settings of %s (algorithm plugin: %s)\n%s", FAX_VERSION,
-                options.experiment.c_str(), setup.plugin->path.c_str(), setup.config.to_yaml().c_str());
+                options.experiment.c_str(), setup.plugin->path.c_str(), config_to_yaml(setup.config).c_str());
     return 0;
   }
   if (!options.quiet && !SweepSpec::from_file(options.experiment).empty()) {
@@ -295,8 +300,30 @@ int resume_command(const ResumeOptions& options) {
   const PluginLoader loader(options.plugin_dirs);
   // The run log holds the resolved experiment: resolving it again rebuilds the same run.
   const std::string config_text = RunLogReader(run).config();
-  const ExperimentSetup setup = resolve_experiment(Config::from_yaml(config_text, run + ":/config"), loader);
+  const ExperimentSetup setup = resolve_experiment(parse_config(config_text, run + ":/config"), loader);
   return execute(setup, run + ":/config", run, options.quiet, true, options.force, options.remote);
+}
+
+Subcommand add_run_subcommand(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* cmd = add_run_command(app, "run", "run an experiment and log it to HDF5", *o);
+  cmd->add_flag("--dry-run", o->dry_run, "print the resolved settings and stop");
+  add_remote_options(*cmd, o->remote);
+  return {cmd, [o] { return run_command(*o); }};
+}
+
+Subcommand add_resume_subcommand(CLI::App& app) {
+  auto o = std::make_shared<ResumeOptions>();
+  CLI::App* cmd =
+      app.add_subcommand("resume", "continue a run from its last checkpoint (after a crash, kill or Ctrl-C)");
+  cmd->add_option("run", o->run, "the run log to continue")->required()->type_name("RUN.h5");
+  add_plugin_dir_option(*cmd, o->plugin_dirs);
+  cmd->add_flag("-q,--quiet", o->quiet, "no progress output");
+  cmd->add_flag("--force", o->force,
+                       "resume although the experiment now resolves differently (another plugin build, data set or "
+                       "model) or the resource estimate exceeds this machine (recorded in the log)");
+  add_remote_options(*cmd, o->remote);
+  return {cmd, [o] { return resume_command(*o); }};
 }
 
 }  // namespace fax::cli

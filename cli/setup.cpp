@@ -2,8 +2,9 @@
 
 #include <fstream>
 
-#include <fax/error.h>
-#include <fax/experiment.h>
+#include <fax/base/error.h>
+#include <fax/io/config_yaml.h>
+#include <fax/runtime/experiment.h>
 
 namespace fax::cli {
 namespace {
@@ -23,8 +24,8 @@ auto find_named(const Config& config, const Schema& base, const std::string& key
 
 ExperimentSetup load_experiment(const std::string& path, const std::vector<std::string>& overrides,
                                 const PluginLoader& loader) {
-  Config config = Config::from_file(path);
-  for (const auto& assignment : overrides) config.set(assignment);
+  Config config = load_config(path);
+  for (const auto& assignment : overrides) apply_override(config, assignment);
   return resolve_experiment(std::move(config), loader);
 }
 

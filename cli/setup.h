@@ -4,11 +4,11 @@
 #include <string>
 #include <vector>
 
-#include <fax/config.h>
-#include <fax/data.h>
-#include <fax/datasets.h>
-#include <fax/model.h>
-#include <fax/plugin_loader.h>
+#include <fax/base/config.h>
+#include <fax/datasets/registry.h>
+#include <fax/nn/model.h>
+#include <fax/runtime/plugin_loader.h>
+#include <fax/train/dataset.h>
 
 namespace fax::cli {
 

@@ -23,14 +23,19 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <thread>
 
-#include <fax/config.h>
-#include <fax/error.h>
-#include <fax/run_log.h>
-#include <fax/sweep.h>
+#include <CLI/CLI.hpp>
+
+#include <fax/base/config.h>
+#include <fax/base/error.h>
+#include <fax/io/config_yaml.h>
+#include <fax/io/run_log.h>
+#include <fax/tools/sweep.h>
 
 #include "commands.h"
+#include "options.h"
 #include "setup.h"
 
 namespace fax::cli {
@@ -231,8 +236,8 @@ int sweep_command(const SweepOptions& options) {
   if (fs::exists(index_path)) {
     index = SweepIndex::read(index_path);
     // The settings must match, not the text: comments and the sweep's ranking keys may change.
-    bool same = Config::from_yaml(index.experiment, index_path + ":/sweep/experiment").settings() ==
-                    Config::from_yaml(experiment_text, options.experiment).settings() &&
+    bool same = parse_config(index.experiment, index_path + ":/sweep/experiment").settings() ==
+                    parse_config(experiment_text, options.experiment).settings() &&
                 index.base == options.overrides && index.trials.size() == trials.size();
     for (size_t i = 0; same && i < trials.size(); ++i)
       same = index.trials[i].name == trials[i].name && index.trials[i].overrides == trials[i].overrides;
@@ -369,6 +374,33 @@ int sweep_command(const SweepOptions& options) {
   FAX_CHECK(failed == 0, "{} of {} trials failed (their logs: {}/trial-*.log; rerun them with --retry-failed)", failed,
             index.trials.size(), dir);
   return 0;
+}
+
+Subcommand add_sweep_subcommand(CLI::App& app) {
+  auto o = std::make_shared<SweepOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "sweep", "run the trials of an experiment's sweep: section (or --grid) in parallel; resumable; ranks the trials");
+  cmd->add_option("experiment", o->experiment, "the experiment, a YAML file (with a sweep: section or --grid)")
+      ->required()->type_name("EXPERIMENT.yaml");
+  cmd->add_option("--grid", o->grid, "sweep a key over values, e.g. --grid algorithm.client_lr=0.01,0.1; repeatable")
+      ->type_name("KEY=V1,V2,...");
+  cmd->add_option("--set", o->overrides, "override a setting of every trial; repeatable")->type_name("KEY=VALUE");
+  cmd->add_option("-o,--output", o->output,
+                        "the sweep directory: a run log per trial and the index o->h5 (default: <experiment name>.sweep)")
+      ->type_name("DIR");
+  cmd->add_option("--executors", o->executors,
+                        "executors for all trials at once (default: one per hardware thread); trials left on automatic "
+                        "executors get one each")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--metric", o->metric, "rank trials by this metric (default: the sweep section's, else eval/accuracy)")
+      ->type_name("NAME");
+  cmd->add_option("--mode", o->mode, "max or min (default: min for a metric named *loss, else max)")
+      ->check(CLI::IsMember({"max", "min"}));
+  cmd->add_flag("--retry-failed", o->retry_failed, "when resuming, run failed trials again");
+  cmd->add_flag("--dry-run", o->dry_run, "validate every trial, list them and stop");
+  add_plugin_dir_option(*cmd, o->plugin_dirs);
+  cmd->add_flag("-q,--quiet", o->quiet, "no progress output (the summary is still printed)");
+  return {cmd, [o] { return sweep_command(*o); }};
 }
 
 }  // namespace fax::cli

@@ -1,12 +1,17 @@
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 
-#include <fax/error.h>
-#include <fax/experiment.h>
-#include <fax/files.h>
-#include <fax/remote.h>
+#include <CLI/CLI.hpp>
+
+#include <fax/base/error.h>
+#include <fax/io/config_yaml.h>
+#include <fax/io/files.h>
+#include <fax/runtime/experiment.h>
+#include <fax/runtime/worker.h>
 
 #include "commands.h"
+#include "options.h"
 #include "setup.h"
 
 namespace fax::cli {
@@ -36,7 +41,7 @@ std::string read_token(const std::string& file) {
   return token;
 }
 
-int worker_command(const WorkerOptions& options) {
+int worker_command(const WorkerCommandOptions& options) {
   const PluginLoader loader(options.plugin_dirs);
   fax::WorkerOptions o;
   o.connect = options.connect;
@@ -51,7 +56,7 @@ int worker_command(const WorkerOptions& options) {
   }
   run_worker(o, [&](const std::string& experiment) {
     auto w = std::make_shared<WorkerExperiment>();
-    w->setup = resolve_experiment(Config::from_yaml(experiment, options.connect + ":/config"), loader);
+    w->setup = resolve_experiment(parse_config(experiment, options.connect + ":/config"), loader);
     const Config& config = w->setup.config;
     w->data = w->setup.dataset->create(config);
     w->model = w->setup.model->create(config, {w->data->input_shape(), w->data->num_classes()});
@@ -63,11 +68,28 @@ int worker_command(const WorkerOptions& options) {
     ws.vectorize = config.get_int("execution.vectorize");
     ws.identity = experiment_identity(w->setup, *w->data, *w->model);
     Experiment* e = w->experiment.get();
-    ws.run = [e](Program& p, TaskKind kind, const TensorTree& input) { return e->serve(p, kind, input); };
+    ws.run = [e](Program& p, TaskKind kind, const TensorTree& input) {
+      return kind == kAllreduceProbe ? allreduce_probe(p, input) : e->serve(p, kind, input);
+    };
     ws.keep_alive = w;
     return ws;
   });
   return 0;
+}
+
+Subcommand add_worker_subcommand(CLI::App& app) {
+  auto o = std::make_shared<WorkerCommandOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "worker", "serve a coordinator ('fax-run run ... --workers N'): run its rounds on this machine's share of the cohort");
+  cmd->add_option("--connect", o->connect, "the coordinator's address")->required()->type_name("HOST:PORT");
+  add_token_option(*cmd, o->token_file);
+  add_plugin_dir_option(*cmd, o->plugin_dirs);
+  cmd->add_option("--connect-timeout", o->connect_timeout_s,
+                         "seconds to keep trying to reach the coordinator (default: 60)")
+      ->check(CLI::Range(0.1, 86400.0))->type_name("S");
+  cmd->add_option("--name", o->name, "this worker's name in the coordinator's log (default: host:pid)");
+  cmd->add_flag("-q,--quiet", o->quiet, "no progress output");
+  return {cmd, [o] { return worker_command(*o); }};
 }
 
 }  // namespace fax::cli

@@ -4,11 +4,12 @@ include(CMakePackageConfigHelpers)
 
 set(FAX_CMAKE_INSTALL_DIR "${CMAKE_INSTALL_LIBDIR}/cmake/fax")
 
-install(TARGETS fax_core fax_datasets EXPORT faxTargets
+install(TARGETS fax_core fax_io fax_runtime fax_tools fax_datasets EXPORT faxTargets
   LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}"
   ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}"
   RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
-install(DIRECTORY core/include/ datasets/include/ "${PROJECT_BINARY_DIR}/core/include/"
+install(DIRECTORY core/include/ io/include/ runtime/include/ tools/include/ datasets/include/
+  "${PROJECT_BINARY_DIR}/core/include/"
   DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
 install(EXPORT faxTargets NAMESPACE fax:: DESTINATION "${FAX_CMAKE_INSTALL_DIR}")
 

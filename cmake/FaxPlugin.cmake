@@ -11,6 +11,8 @@ function(fax_add_plugin name)
   set(target fax_plugin_${name})
   add_library(${target} MODULE ${arg_SOURCES})
   target_link_libraries(${target} PRIVATE fax::core)
+  # Every plugin of a build, for whoever needs them all built first (fax's plugin contract suite).
+  set_property(GLOBAL APPEND PROPERTY FAX_PLUGIN_TARGETS ${target})
   set_target_properties(${target} PROPERTIES
     PREFIX ""
     OUTPUT_NAME "fax_${name}"

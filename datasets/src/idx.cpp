@@ -1,4 +1,4 @@
-#include <fax/idx.h>
+#include <fax/datasets/idx.h>
 
 #include <zlib.h>
 
@@ -9,7 +9,7 @@
 
 #include <ATen/ATen.h>
 
-#include <fax/error.h>
+#include <fax/base/error.h>
 
 namespace fax {
 namespace {

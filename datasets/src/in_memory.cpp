@@ -1,6 +1,6 @@
-#include <fax/in_memory.h>
+#include <fax/datasets/in_memory.h>
 
-#include <fax/error.h>
+#include <fax/base/error.h>
 
 namespace fax {
 

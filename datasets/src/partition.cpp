@@ -1,9 +1,9 @@
-#include <fax/partition.h>
+#include <fax/datasets/partition.h>
 
 #include <ATen/ATen.h>
 
-#include <fax/error.h>
-#include <fax/rng.h>
+#include <fax/base/error.h>
+#include <fax/base/rng.h>
 
 namespace fax {
 namespace {

@@ -1,11 +1,11 @@
-#include <fax/sources.h>
+#include <fax/datasets/readers.h>
 
 #include <filesystem>
 
 #include <ATen/ATen.h>
 
-#include <fax/error.h>
-#include <fax/idx.h>
+#include <fax/base/error.h>
+#include <fax/datasets/idx.h>
 
 namespace fax {
 

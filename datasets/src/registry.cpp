@@ -1,27 +1,18 @@
-#include <fax/datasets.h>
+#include <fax/datasets/registry.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <initializer_list>
 #include <limits>
 
-#include <fax/registry.h>
-#include <fax/sources.h>
-#include <fax/synthetic.h>
+#include <fax/base/registry.h>
+#include <fax/base/settings.h>
+#include <fax/datasets/readers.h>
+#include <fax/datasets/synthetic.h>
 
 namespace fax {
 
 namespace {
-PartitionOptions partition_options(const Config& c) {
-  PartitionOptions o;
-  o.kind = c.get_string("data.partition");
-  o.clients = c.get_int("data.clients");
-  o.alpha = c.get_float("data.alpha");
-  o.shards_per_client = c.get_int("data.shards_per_client");
-  o.min_examples = c.get_int("data.min_examples");
-  o.seed = static_cast<uint64_t>(c.get_int("data.seed"));
-  return o;
-}
 
 // Estimates: products saturate (settings can be absurd: 10^12 clients).
 int64_t times(std::initializer_list<int64_t> factors) {
@@ -56,111 +47,124 @@ constexpr int64_t kSyntheticExamples = 460;
 // Fashion-MNIST: 70,000 images of 784 pixels, as bytes and then as floats.
 constexpr int64_t kFashionMnistBytes = int64_t{70000} * 784 * 5;
 
+// Fashion-MNIST's settings: where the files are and how the training set is split.
+struct FashionMnistOptions {
+  std::string path = "/usr/share/datasets/fashion-mnist";
+  PartitionOptions partition{"dirichlet", 600, 0.5, 2, 10, 0};
+};
+
+// A registry entry whose settings, creation and estimate all go through one options struct.
+template <class Options>
+DatasetEntry entry(std::string name, std::string description, const Settings<Options>& settings,
+                   std::function<std::unique_ptr<FederatedDataset>(const Options&)> create,
+                   std::function<int64_t(const Options&)> estimate) {
+  return {{std::move(name), std::move(description), settings.keys(),
+           [settings, create](const Config& c) { return create(settings.read(c, "data")); }},
+          [settings, estimate](const Config& c) { return estimate(settings.read(c, "data")); }};
+}
+
+Settings<SyntheticOptions> synthetic_settings() {
+  using O = SyntheticOptions;
+  return Settings<O>()
+      .add("clients", &O::clients, "clients in the population", at_least(1))
+      .add("alpha", &O::alpha, "spread of the clients' models (0: one shared model mean)", at_least(0))
+      .add("beta", &O::beta, "spread of the clients' input distributions", at_least(0))
+      .add("dimension", &O::dimension, "input features", at_least(1))
+      .add("classes", &O::classes, "classes", at_least(2))
+      .add("iid", &O::iid, "one global model and input distribution for every client")
+      .add("test_fraction", &O::test_fraction, "share of each client's examples held out for the test split", in(0, 0.9))
+      .add("seed", &O::seed, "seed of the data (independent of the training seed)");
+}
+
+Settings<PartitionOptions> partition_settings() {
+  using O = PartitionOptions;
+  return Settings<O>()
+      .add("partition", &O::kind, "how the training set is split into clients", one_of({"iid", "dirichlet", "shards"}))
+      .add("clients", &O::clients, "clients", at_least(1))
+      .add("alpha", &O::alpha, "dirichlet concentration: smaller, fewer classes per client", above(0, 1e9))
+      .add("shards_per_client", &O::shards_per_client, "shards partition: label-sorted shards per client", at_least(1))
+      .add("min_examples", &O::min_examples, "every client gets at least this many examples", at_least(1))
+      .add("seed", &O::seed, "seed of the partition (independent of the training seed)");
+}
+
+Settings<FashionMnistOptions> fashion_mnist_settings() {
+  using O = FashionMnistOptions;
+  return Settings<O>()
+      .add("path", &O::path, "directory of the IDX .gz files")
+      .include(&O::partition, partition_settings());
+}
+
+Settings<TffHdf5Options> tff_hdf5_settings() {
+  using O = TffHdf5Options;
+  return Settings<O>()
+      .add("path", &O::path, "the training file")
+      .add("test_path", &O::test_path, "the test file with the same schema; empty: hold out test_fraction per client")
+      .add("x", &O::x, "the input feature")
+      .add("y", &O::y, "the label feature")
+      .add("test_fraction", &O::test_fraction, "share of each client held out when there is no test file", in(0, 0.9))
+      .add("classes", &O::classes, "number of classes; 0: the largest label + 1", at_least(0));
+}
+
+Settings<TextOptions> text_settings() {
+  using O = TextOptions;
+  return Settings<O>()
+      .add("path", &O::path, "the corpus: a folder, a text file or a .h5 file")
+      .add("feature", &O::feature, "TFF HDF5: the string feature")
+      .add("sequence_length", &O::sequence_length, "tokens per training sequence", at_least(1))
+      .add("max_vocab", &O::max_vocab, "characters allowed before falling back to a byte vocabulary", at_least(2))
+      .add("test_fraction", &O::test_fraction, "share of each client's sequences held out", in(0, 0.9));
+}
+
+Settings<SyntheticTokensOptions> synthetic_tokens_settings() {
+  using O = SyntheticTokensOptions;
+  return Settings<O>()
+      .add("clients", &O::clients, "clients", at_least(1))
+      .add("sequences", &O::sequences, "sequences per client", at_least(2))
+      .add("sequence_length", &O::sequence_length, "tokens per sequence", at_least(1))
+      .add("vocab", &O::vocab, "vocabulary", at_least(2))
+      .add("test_fraction", &O::test_fraction, "share of each client's sequences held out", in(0, 0.9))
+      .add("seed", &O::seed, "seed of the data");
+}
+
 }  // namespace
 
 const std::vector<DatasetEntry>& dataset_registry() {
   static const std::vector<DatasetEntry> registry = {
-      {"synthetic",
-       "synthetic(alpha, beta) of Li et al. 2020 (FedProx / LEAF): heterogeneous softmax-regression clients",
-       {int_key("clients", "100", "clients in the population", 1),
-        float_key("alpha", "1.0", "spread of the clients' models (0: one shared model mean)", 0),
-        float_key("beta", "1.0", "spread of the clients' input distributions", 0),
-        int_key("dimension", "60", "input features", 1),
-        int_key("classes", "10", "classes", 2),
-        bool_key("iid", "false", "one global model and input distribution for every client"),
-        float_key("test_fraction", "0.1", "share of each client's examples held out for the test split", 0, 0.9),
-        int_key("seed", "0", "seed of the data (independent of the training seed)", 0)},
-       [](const Config& c) -> std::unique_ptr<FederatedDataset> {
-         SyntheticOptions o;
-         o.clients = c.get_int("data.clients");
-         o.alpha = c.get_float("data.alpha");
-         o.beta = c.get_float("data.beta");
-         o.dimension = c.get_int("data.dimension");
-         o.classes = c.get_int("data.classes");
-         o.iid = c.get_bool("data.iid");
-         o.test_fraction = c.get_float("data.test_fraction");
-         o.seed = static_cast<uint64_t>(c.get_int("data.seed"));
-         return std::make_unique<SyntheticDataset>(o);
-       },
-       [](const Config& c) {
-         // Each client's inputs (float) and labels (int64), kept once for training and copied once
-         // into the test split; and the [dimension, classes] models drawn for each client.
-         const int64_t dimension = c.get_int("data.dimension");
-         const int64_t per_example = plus({times({dimension, 4}), 8});
-         return plus({times({2, c.get_int("data.clients"), kSyntheticExamples, per_example}),
-                      times({3, dimension, c.get_int("data.classes"), 4})});
-       }},
-      {"fmnist",
-       "Fashion-MNIST (Xiao et al. 2017), 60k training images split into clients, the 10k test images",
-       {string_key("path", "/usr/share/datasets/fashion-mnist", "directory of the IDX .gz files"),
-        string_key("partition", "dirichlet", "how the training set is split into clients", {"iid", "dirichlet", "shards"}),
-        int_key("clients", "600", "clients", 1),
-        float_key("alpha", "0.5", "dirichlet concentration: smaller, fewer classes per client", 0, 1e9, true),
-        int_key("shards_per_client", "2", "shards partition: label-sorted shards per client", 1),
-        int_key("min_examples", "10", "every client gets at least this many examples", 1),
-        int_key("seed", "0", "seed of the partition (independent of the training seed)", 0)},
-       [](const Config& c) -> std::unique_ptr<FederatedDataset> {
-         return load_fashion_mnist(c.get_string("data.path"), partition_options(c));
-       },
-       [](const Config& c) { return plus({kFashionMnistBytes, times({c.get_int("data.clients"), 64})}); }},
-      {"tff_hdf5", "a TensorFlow Federated HDF5 file (fed_emnist schema: /examples/<client>/<feature>)",
-       {string_key("path", "", "the training file"),
-        string_key("test_path", "", "the test file with the same schema; empty: hold out test_fraction per client"),
-        string_key("x", "pixels", "the input feature"), string_key("y", "label", "the label feature"),
-        float_key("test_fraction", "0.1", "share of each client held out when there is no test file", 0, 0.9),
-        int_key("classes", "0", "number of classes; 0: the largest label + 1", 0)},
-       [](const Config& c) -> std::unique_ptr<FederatedDataset> {
-         TffHdf5Options o;
-         o.path = c.get_string("data.path");
-         o.test_path = c.get_string("data.test_path");
-         o.x = c.get_string("data.x");
-         o.y = c.get_string("data.y");
-         o.test_fraction = c.get_float("data.test_fraction");
-         o.classes = c.get_int("data.classes");
-         return load_tff_hdf5(o);
-       },
-       [](const Config& c) {
-         // Pixels stored as bytes become floats.
-         return times({4, plus({bytes_on_disk(c.get_string("data.path")), bytes_on_disk(c.get_string("data.test_path"))})});
-       }},
-      {"text", "next-token prediction on text: a folder (client per file), client<TAB>text lines, or TFF HDF5 strings",
-       {string_key("path", "", "the corpus: a folder, a text file or a .h5 file"),
-        string_key("feature", "snippets", "TFF HDF5: the string feature"),
-        int_key("sequence_length", "64", "tokens per training sequence", 1),
-        int_key("max_vocab", "256", "characters allowed before falling back to a byte vocabulary", 2),
-        float_key("test_fraction", "0.1", "share of each client's sequences held out", 0, 0.9)},
-       [](const Config& c) -> std::unique_ptr<FederatedDataset> {
-         TextOptions o;
-         o.path = c.get_string("data.path");
-         o.feature = c.get_string("data.feature");
-         o.sequence_length = c.get_int("data.sequence_length");
-         o.max_vocab = c.get_int("data.max_vocab");
-         o.test_fraction = c.get_float("data.test_fraction");
-         return std::make_unique<TextDataset>(o);
-       },
-       [](const Config& c) {
-         // A token per byte as int64, in the inputs and again in the shifted labels, plus the text.
-         return times({17, bytes_on_disk(c.get_string("data.path"))});
-       }},
-      {"synthetic_tokens", "token streams from per-client Markov chains, for language-model benchmarks",
-       {int_key("clients", "64", "clients", 1), int_key("sequences", "32", "sequences per client", 2),
-        int_key("sequence_length", "64", "tokens per sequence", 1), int_key("vocab", "256", "vocabulary", 2),
-        float_key("test_fraction", "0.1", "share of each client's sequences held out", 0, 0.9),
-        int_key("seed", "0", "seed of the data", 0)},
-       [](const Config& c) -> std::unique_ptr<FederatedDataset> {
-         SyntheticTokensOptions o;
-         o.clients = c.get_int("data.clients");
-         o.sequences = c.get_int("data.sequences");
-         o.sequence_length = c.get_int("data.sequence_length");
-         o.vocab = c.get_int("data.vocab");
-         o.test_fraction = c.get_float("data.test_fraction");
-         o.seed = static_cast<uint64_t>(c.get_int("data.seed"));
-         return make_synthetic_tokens(o);
-       },
-       [](const Config& c) {
-         return times({16, c.get_int("data.clients"), c.get_int("data.sequences"),
-                       plus({c.get_int("data.sequence_length"), 1})});
-       }},
+      entry<SyntheticOptions>(
+          "synthetic",
+          "synthetic(alpha, beta) of Li et al. 2020 (FedProx / LEAF): heterogeneous softmax-regression clients",
+          synthetic_settings(), [](const SyntheticOptions& o) { return std::make_unique<SyntheticDataset>(o); },
+          [](const SyntheticOptions& o) {
+            // Each client's inputs (float) and labels (int64), kept once for training and copied
+            // once into the test split; and the [dimension, classes] models drawn for each client.
+            const int64_t per_example = plus({times({o.dimension, 4}), 8});
+            return plus({times({2, o.clients, kSyntheticExamples, per_example}), times({3, o.dimension, o.classes, 4})});
+          }),
+      entry<FashionMnistOptions>(
+          "fmnist", "Fashion-MNIST (Xiao et al. 2017), 60k training images split into clients, the 10k test images",
+          fashion_mnist_settings(),
+          [](const FashionMnistOptions& o) { return load_fashion_mnist(o.path, o.partition); },
+          [](const FashionMnistOptions& o) { return plus({kFashionMnistBytes, times({o.partition.clients, 64})}); }),
+      entry<TffHdf5Options>(
+          "tff_hdf5", "a TensorFlow Federated HDF5 file (fed_emnist schema: /examples/<client>/<feature>)",
+          tff_hdf5_settings(), [](const TffHdf5Options& o) { return load_tff_hdf5(o); },
+          [](const TffHdf5Options& o) {
+            // Pixels stored as bytes become floats.
+            return times({4, plus({bytes_on_disk(o.path), bytes_on_disk(o.test_path)})});
+          }),
+      entry<TextOptions>(
+          "text", "next-token prediction on text: a folder (client per file), client<TAB>text lines, or TFF HDF5 strings",
+          text_settings(), [](const TextOptions& o) { return std::make_unique<TextDataset>(o); },
+          [](const TextOptions& o) {
+            // A token per byte as int64, in the inputs and again in the shifted labels, plus the text.
+            return times({17, bytes_on_disk(o.path)});
+          }),
+      entry<SyntheticTokensOptions>(
+          "synthetic_tokens", "token streams from per-client Markov chains, for language-model benchmarks",
+          synthetic_tokens_settings(), [](const SyntheticTokensOptions& o) { return make_synthetic_tokens(o); },
+          [](const SyntheticTokensOptions& o) {
+            return times({16, o.clients, o.sequences, plus({o.sequence_length, 1})});
+          }),
   };
   return registry;
 }

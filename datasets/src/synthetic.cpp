@@ -1,9 +1,9 @@
-#include <fax/synthetic.h>
+#include <fax/datasets/synthetic.h>
 
 #include <ATen/ATen.h>
 
-#include <fax/error.h>
-#include <fax/rng.h>
+#include <fax/base/error.h>
+#include <fax/base/rng.h>
 
 namespace fax {
 namespace {

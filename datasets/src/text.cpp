@@ -1,4 +1,4 @@
-#include <fax/sources.h>
+#include <fax/datasets/readers.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -8,9 +8,9 @@
 
 #include <ATen/ATen.h>
 
-#include <fax/error.h>
-#include <fax/hdf5.h>
-#include <fax/in_memory.h>
+#include <fax/base/error.h>
+#include <fax/datasets/in_memory.h>
+#include <fax/io/hdf5.h>
 
 namespace fax {
 namespace {

@@ -1,10 +1,10 @@
-#include <fax/sources.h>
+#include <fax/datasets/readers.h>
 
 #include <ATen/ATen.h>
 
-#include <fax/error.h>
-#include <fax/hdf5.h>
-#include <fax/in_memory.h>
+#include <fax/base/error.h>
+#include <fax/datasets/in_memory.h>
+#include <fax/io/hdf5.h>
 
 namespace fax {
 namespace {

@@ -25,36 +25,44 @@ class DpFedAvg final : public fax::Algorithm {
   static constexpr const char* description =
       "DP-FedAvg: clipped client updates, Gaussian noise on their sum, Rényi accounting (adaptive clipping optional)";
 
-  static std::vector<fax::ConfigKey> keys() {
-    auto keys = fax::client_training_keys();
-    keys.push_back(fax::positive_float_key("server_lr", "1.0", "server learning rate on the noised mean update"));
-    keys.push_back(fax::positive_float_key("clip_norm", "1.0", "L2 norm each client update is clipped to (initial C)"));
-    keys.push_back(fax::float_key("noise_multiplier", "1.0", "z: noise std on the sum is z * C; 0: no noise", 0));
-    keys.push_back(fax::bool_key("adaptive_clipping", "false", "move C toward a quantile of the update norms"));
-    keys.push_back(fax::float_key("target_quantile", "0.5", "adaptive clipping: share of updates left unclipped", 0, 1));
-    keys.push_back(fax::positive_float_key("clip_lr", "0.2", "adaptive clipping: geometric step on C"));
-    keys.push_back(fax::float_key("count_noise", "0.0", "adaptive clipping: noise std on the unclipped count", 0));
-    keys.push_back(fax::float_key("delta", "1e-5", "delta of the reported (epsilon, delta)", 0, 1, true));
-    return keys;
+  struct Options {
+    fax::ClientTrainingOptions client;
+    double server_lr = 1.0;
+    double clip_norm = 1.0;
+    double noise_multiplier = 1.0;
+    bool adaptive_clipping = false;
+    double target_quantile = 0.5;
+    double clip_lr = 0.2;
+    double count_noise = 0.0;
+    double delta = 1e-5;
+  };
+
+  static const fax::Settings<Options>& settings() {
+    static const fax::Settings<Options> table = fax::Settings<Options>()
+        .include(&Options::client, fax::client_training_settings())
+        .add("server_lr", &Options::server_lr, "server learning rate on the noised mean update", fax::positive())
+        .add("clip_norm", &Options::clip_norm, "L2 norm each client update is clipped to (initial C)", fax::positive())
+        .add("noise_multiplier", &Options::noise_multiplier, "z: noise std on the sum is z * C; 0: no noise",
+             fax::at_least(0))
+        .add("adaptive_clipping", &Options::adaptive_clipping, "move C toward a quantile of the update norms")
+        .add("target_quantile", &Options::target_quantile, "adaptive clipping: share of updates left unclipped",
+             fax::in(0, 1))
+        .add("clip_lr", &Options::clip_lr, "adaptive clipping: geometric step on C", fax::positive())
+        .add("count_noise", &Options::count_noise, "adaptive clipping: noise std on the unclipped count", fax::at_least(0))
+        .add("delta", &Options::delta, "delta of the reported (epsilon, delta)", fax::above(0, 1));
+    return table;
   }
 
   fax::ServerState init(const fax::Config& config, const fax::Model&, fax::TensorTree params) override {
-    training_ = fax::client_training(config);
-    server_lr_ = config.get_float("algorithm.server_lr");
-    noise_ = config.get_float("algorithm.noise_multiplier");
-    adaptive_ = config.get_bool("algorithm.adaptive_clipping");
-    target_ = config.get_float("algorithm.target_quantile");
-    clip_lr_ = config.get_float("algorithm.clip_lr");
-    count_noise_ = config.get_float("algorithm.count_noise");
-    delta_ = config.get_float("algorithm.delta");
-    FAX_CHECK(!adaptive_ || noise_ == 0 || count_noise_ > 0,
+    o_ = settings().read(config, "algorithm");
+    training_ = fax::client_training(o_.client);
+    FAX_CHECK(!o_.adaptive_clipping || o_.noise_multiplier == 0 || o_.count_noise > 0,
               "{}: adaptive clipping with noise needs algorithm.count_noise > 0: the unclipped count is released too",
               config.origin("algorithm.count_noise").str());
     // With adaptive clipping both queries share the privacy budget (Andrew et al. 2021, section 3).
-    effective_noise_ = adaptive_ && noise_ > 0
-                           ? 1.0 / std::sqrt(1.0 / (noise_ * noise_) + 1.0 / (4 * count_noise_ * count_noise_))
-                           : noise_;
-    fax::TensorTree extra{{"clip_norm", at::scalar_tensor(config.get_float("algorithm.clip_norm"), at::kDouble)}};
+    const double z = o_.noise_multiplier, c = o_.count_noise;
+    effective_noise_ = o_.adaptive_clipping && z > 0 ? 1.0 / std::sqrt(1.0 / (z * z) + 1.0 / (4 * c * c)) : z;
+    fax::TensorTree extra{{"clip_norm", at::scalar_tensor(o_.clip_norm, at::kDouble)}};
     return {std::move(params), std::move(extra)};
   }
 
@@ -73,19 +81,20 @@ class DpFedAvg final : public fax::Algorithm {
     const double n = static_cast<double>(ctx.program.cohort_size());
     at::Generator g = fax::server_generator(ctx.program.seed(), ctx.round, kNoiseStream);
     const fax::TensorTree noised = total.map([&](const at::Tensor& t) {
-      return t + at::randn(t.sizes(), g, t.options().dtype(at::kDouble)).to(t.scalar_type()) * (noise_ * clip);
+      const at::Tensor noise = at::randn(t.sizes(), g, t.options().dtype(at::kDouble)).to(t.scalar_type());
+      return t + noise * (o_.noise_multiplier * clip);
     });
-    state.params = fax::axpy(-server_lr_ / n, noised, state.params);
+    state.params = fax::axpy(-o_.server_lr / n, noised, state.params);
 
     const at::Tensor unclipped = fax::sum(fax::map_clients([clip](const at::Tensor& norm, const at::Tensor& kept) {
       return norm.le(clip).to(at::kDouble) * kept.to(at::kDouble);
     }, norms, local.kept)).value();
-    const double fraction = (unclipped.item<double>() + count_noise_ * at::randn({1}, g, at::kDouble).item<double>()) / n;
-    const double next_clip = adaptive_ ? clip * std::exp(-clip_lr_ * (fraction - target_)) : clip;
+    const double fraction = (unclipped.item<double>() + o_.count_noise * at::randn({1}, g, at::kDouble).item<double>()) / n;
+    const double next_clip = o_.adaptive_clipping ? clip * std::exp(-o_.clip_lr * (fraction - o_.target_quantile)) : clip;
     state.extra = fax::TensorTree{{"clip_norm", at::scalar_tensor(next_clip, at::kDouble)}};
 
     const double q = n / static_cast<double>(ctx.data.num_clients());
-    const double epsilon = effective_noise_ > 0 ? fax::sgm_epsilon(q, effective_noise_, ctx.round + 1, delta_).epsilon
+    const double epsilon = effective_noise_ > 0 ? fax::sgm_epsilon(q, effective_noise_, ctx.round + 1, o_.delta).epsilon
                                                 : std::numeric_limits<double>::infinity();
     fax::RoundMetrics metrics;
     metrics.server.set("train/loss", fax::weighted_mean(local.losses, local.weights).value());
@@ -98,13 +107,7 @@ class DpFedAvg final : public fax::Algorithm {
 
  private:
   fax::ClientTraining training_;
-  double server_lr_ = 1.0;
-  double noise_ = 1.0;
-  bool adaptive_ = false;
-  double target_ = 0.5;
-  double clip_lr_ = 0.2;
-  double count_noise_ = 0.0;
-  double delta_ = 1e-5;
+  Options o_;
   double effective_noise_ = 1.0;
 };
 

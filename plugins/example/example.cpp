@@ -1,6 +1,7 @@
 // A minimal algorithm plugin to copy: every client runs local SGD from the server model and the
 // server takes the plain (unweighted) mean of the clients' models. Rename the class, `name` and
-// the file, declare your keys, write round() with the primitives, and build with fax_add_plugin.
+// the file, declare your settings, write round() with the primitives, and build with
+// fax_add_plugin.
 
 #include <ATen/ATen.h>
 
@@ -14,16 +15,24 @@ class ModelAverage final : public fax::Algorithm {
   static constexpr const char* name = "example";
   static constexpr const char* description = "template: local SGD, then the unweighted mean of client models";
 
-  // Settings under "algorithm." in an experiment; fax-run validates types, ranges and names.
-  static std::vector<fax::ConfigKey> keys() {
-    return {fax::positive_float_key("client_lr", "0.1", "client SGD learning rate"),
-            fax::int_key("batch_size", "10", "client minibatch size; 0: the whole local data set", 0)};
+  // The settings, each a member with its default, stated once.
+  struct Options {
+    double client_lr = 0.1;
+    int64_t batch_size = 10;
+  };
+
+  // The keys under "algorithm." in an experiment, bound to the members: fax-run validates types,
+  // ranges and names against this table, and `fax-run plugins` lists it.
+  static const fax::Settings<Options>& settings() {
+    static const fax::Settings<Options> table = fax::Settings<Options>()
+        .add("client_lr", &Options::client_lr, "client SGD learning rate", fax::positive())
+        .add("batch_size", &Options::batch_size, "client minibatch size; 0: the whole local data set", fax::at_least(0));
+    return table;
   }
 
   // Runs once on the coordinator: read settings, build the state before round 0.
   fax::ServerState init(const fax::Config& config, const fax::Model&, fax::TensorTree params) override {
-    client_lr_ = config.get_float("algorithm.client_lr");
-    batch_size_ = config.get_int("algorithm.batch_size");
+    o_ = settings().read(config, "algorithm");
     return {std::move(params), {}};
   }
 
@@ -33,9 +42,9 @@ class ModelAverage final : public fax::Algorithm {
     const auto start = fax::broadcast(fax::Server<fax::TensorTree>(state.params));
     // map_clients runs a batched function on chunks of clients: each row is one client.
     const auto trained = fax::map_clients([&](const fax::ClientChunk& chunk, const fax::TensorTree& params) {
-      const fax::ClientBatches batches(chunk, ctx.data, 1, batch_size_);
+      const fax::ClientBatches batches(chunk, ctx.data, 1, o_.batch_size);
       // A 0-dim double keeps full precision without changing the parameters' dtype.
-      return fax::local_sgd(ctx.model, batches, params, at::scalar_tensor(client_lr_, at::kDouble)).params;
+      return fax::local_sgd(ctx.model, batches, params, at::scalar_tensor(o_.client_lr, at::kDouble)).params;
     }, start);
     state.params = fax::mean(trained).value();
 
@@ -45,8 +54,7 @@ class ModelAverage final : public fax::Algorithm {
   }
 
  private:
-  double client_lr_ = 0.1;
-  int64_t batch_size_ = 10;
+  Options o_;
 };
 
 }  // namespace

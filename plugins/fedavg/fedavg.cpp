@@ -15,17 +15,25 @@ class FedAvg final : public fax::Algorithm {
   static constexpr const char* description =
       "FedAvg: local SGD on each client, example-weighted mean of updates, server SGD (momentum: FedAvgM)";
 
-  static std::vector<fax::ConfigKey> keys() {
-    auto keys = fax::client_training_keys();
-    keys.push_back(fax::positive_float_key("server_lr", "1.0", "server learning rate on the averaged update"));
-    keys.push_back(fax::float_key("server_momentum", "0.0", "server momentum (FedAvgM); 0: plain FedAvg", 0, 0.999));
-    return keys;
+  struct Options {
+    fax::ClientTrainingOptions client;
+    double server_lr = 1.0;
+    double server_momentum = 0.0;
+  };
+
+  static const fax::Settings<Options>& settings() {
+    static const fax::Settings<Options> table = fax::Settings<Options>()
+        .include(&Options::client, fax::client_training_settings())
+        .add("server_lr", &Options::server_lr, "server learning rate on the averaged update", fax::positive())
+        .add("server_momentum", &Options::server_momentum, "server momentum (FedAvgM); 0: plain FedAvg", fax::in(0, 0.999));
+    return table;
   }
 
   fax::ServerState init(const fax::Config& config, const fax::Model&, fax::TensorTree params) override {
-    training_ = fax::client_training(config);
-    server_lr_ = config.get_float("algorithm.server_lr");
-    momentum_ = config.get_float("algorithm.server_momentum");
+    const Options o = settings().read(config, "algorithm");
+    training_ = fax::client_training(o.client);
+    server_lr_ = o.server_lr;
+    momentum_ = o.server_momentum;
     fax::ServerState state{std::move(params), {}};
     if (momentum_ > 0) state.extra = fax::zeros_like(state.params);
     return state;

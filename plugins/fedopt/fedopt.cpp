@@ -21,27 +21,34 @@ class FedOpt final : public fax::Algorithm {
   static constexpr const char* description =
       "FedAdam / FedYogi / FedAdagrad / FedAvgM: an adaptive server optimizer on the mean client update (Reddi et al. 2021)";
 
-  static std::vector<fax::ConfigKey> keys() {
-    auto keys = fax::client_training_keys();
-    keys.push_back(fax::string_key("server_optimizer", "adam", "the server optimizer", {"adam", "yogi", "adagrad", "sgdm"}));
-    keys.push_back(fax::positive_float_key("server_lr", "0.01", "server learning rate (eta)"));
-    keys.push_back(fax::float_key("beta1", "0.9", "first-moment decay (momentum)", 0, 0.999));
-    keys.push_back(fax::float_key("beta2", "0.99", "second-moment decay (adam, yogi)", 0, 0.9999));
-    keys.push_back(fax::positive_float_key("tau", "0.001", "adaptivity: added to sqrt(v); v starts at tau^2"));
-    return keys;
+  struct Options {
+    fax::ClientTrainingOptions client;
+    std::string server_optimizer = "adam";
+    double server_lr = 0.01;
+    double beta1 = 0.9;
+    double beta2 = 0.99;
+    double tau = 1e-3;
+  };
+
+  static const fax::Settings<Options>& settings() {
+    static const fax::Settings<Options> table = fax::Settings<Options>()
+        .include(&Options::client, fax::client_training_settings())
+        .add("server_optimizer", &Options::server_optimizer, "the server optimizer",
+             fax::one_of({"adam", "yogi", "adagrad", "sgdm"}))
+        .add("server_lr", &Options::server_lr, "server learning rate (eta)", fax::positive())
+        .add("beta1", &Options::beta1, "first-moment decay (momentum)", fax::in(0, 0.999))
+        .add("beta2", &Options::beta2, "second-moment decay (adam, yogi)", fax::in(0, 0.9999))
+        .add("tau", &Options::tau, "adaptivity: added to sqrt(v); v starts at tau^2", fax::positive());
+    return table;
   }
 
   fax::ServerState init(const fax::Config& config, const fax::Model&, fax::TensorTree params) override {
-    training_ = fax::client_training(config);
-    optimizer_ = config.get_string("algorithm.server_optimizer");
-    server_lr_ = config.get_float("algorithm.server_lr");
-    beta1_ = config.get_float("algorithm.beta1");
-    beta2_ = config.get_float("algorithm.beta2");
-    tau_ = config.get_float("algorithm.tau");
+    o_ = settings().read(config, "algorithm");
+    training_ = fax::client_training(o_.client);
     fax::TensorTree moments = fax::prefixed(fax::zeros_like(params), "m/");
-    if (optimizer_ != "sgdm") {
+    if (o_.server_optimizer != "sgdm") {
       moments = fax::join({moments, fax::prefixed(params.map([&](const at::Tensor& t) {
-                                                    return at::full_like(t, tau_ * tau_);
+                                                    return at::full_like(t, o_.tau * o_.tau);
                                                   }), "v/")});
     }
     return {std::move(params), std::move(moments)};
@@ -53,37 +60,33 @@ class FedOpt final : public fax::Algorithm {
 
     fax::TensorTree m = fax::unprefixed(state.extra, "m/");
     fax::TensorTree step;
-    if (optimizer_ == "sgdm") {
-      m = fax::axpy(beta1_, m, g);
+    if (o_.server_optimizer == "sgdm") {
+      m = fax::axpy(o_.beta1, m, g);
       step = m;
     } else {
-      m = fax::add(fax::scale(m, beta1_), fax::scale(g, 1 - beta1_));
+      m = fax::add(fax::scale(m, o_.beta1), fax::scale(g, 1 - o_.beta1));
       fax::TensorTree v = fax::unprefixed(state.extra, "v/");
       const fax::TensorTree g2 = g.map([](const at::Tensor& t) { return t * t; });
-      if (optimizer_ == "adagrad") {
+      if (o_.server_optimizer == "adagrad") {
         v = fax::add(v, g2);
-      } else if (optimizer_ == "adam") {
-        v = fax::add(fax::scale(v, beta2_), fax::scale(g2, 1 - beta2_));
+      } else if (o_.server_optimizer == "adam") {
+        v = fax::add(fax::scale(v, o_.beta2), fax::scale(g2, 1 - o_.beta2));
       } else {  // yogi
         v = fax::zip_map(v, g2, [&](const at::Tensor& vt, const at::Tensor& s) {
-          return vt - (1 - beta2_) * s * at::sign(vt - s);
+          return vt - (1 - o_.beta2) * s * at::sign(vt - s);
         });
       }
-      step = fax::zip_map(m, v, [&](const at::Tensor& mt, const at::Tensor& vt) { return mt / (vt.sqrt() + tau_); });
+      step = fax::zip_map(m, v, [&](const at::Tensor& mt, const at::Tensor& vt) { return mt / (vt.sqrt() + o_.tau); });
       state.extra = fax::join({fax::prefixed(m, "m/"), fax::prefixed(v, "v/")});
     }
-    if (optimizer_ == "sgdm") state.extra = fax::prefixed(m, "m/");
-    state.params = fax::axpy(-server_lr_, step, state.params);
+    if (o_.server_optimizer == "sgdm") state.extra = fax::prefixed(m, "m/");
+    state.params = fax::axpy(-o_.server_lr, step, state.params);
     return fax::round_metrics(ctx, update);
   }
 
  private:
   fax::ClientTraining training_;
-  std::string optimizer_ = "adam";
-  double server_lr_ = 0.01;
-  double beta1_ = 0.9;
-  double beta2_ = 0.99;
-  double tau_ = 1e-3;
+  Options o_;
 };
 
 }  // namespace

@@ -12,17 +12,25 @@ class FedProx final : public fax::Algorithm {
   static constexpr const char* name = "fedprox";
   static constexpr const char* description = "FedProx: FedAvg with a proximal term mu/2 |w - w_server|^2 in each client's loss";
 
-  static std::vector<fax::ConfigKey> keys() {
-    auto keys = fax::client_training_keys();
-    keys.push_back(fax::float_key("mu", "0.01", "proximal term weight; 0: FedAvg", 0));
-    keys.push_back(fax::positive_float_key("server_lr", "1.0", "server learning rate on the averaged update"));
-    return keys;
+  struct Options {
+    fax::ClientTrainingOptions client;
+    double mu = 0.01;
+    double server_lr = 1.0;
+  };
+
+  static const fax::Settings<Options>& settings() {
+    static const fax::Settings<Options> table = fax::Settings<Options>()
+        .include(&Options::client, fax::client_training_settings())
+        .add("mu", &Options::mu, "proximal term weight; 0: FedAvg", fax::at_least(0))
+        .add("server_lr", &Options::server_lr, "server learning rate on the averaged update", fax::positive());
+    return table;
   }
 
   fax::ServerState init(const fax::Config& config, const fax::Model&, fax::TensorTree params) override {
-    training_ = fax::client_training(config);
-    server_lr_ = config.get_float("algorithm.server_lr");
-    const double mu = config.get_float("algorithm.mu");
+    const Options o = settings().read(config, "algorithm");
+    training_ = fax::client_training(o.client);
+    server_lr_ = o.server_lr;
+    const double mu = o.mu;
     training_.customize = [mu](const fax::ClientChunk&, const fax::TensorTree& start) {
       const fax::TensorTree anchor = fax::detach(start);
       fax::LocalSgdOptions options;

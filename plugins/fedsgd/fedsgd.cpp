@@ -15,12 +15,18 @@ class FedSgd final : public fax::Algorithm {
   static constexpr const char* description =
       "FedSGD: server SGD on the federated-AD gradient of the cohort's mean loss (one full-batch gradient per client)";
 
-  static std::vector<fax::ConfigKey> keys() {
-    return {fax::positive_float_key("server_lr", "0.1", "server learning rate")};
+  struct Options {
+    double server_lr = 0.1;
+  };
+
+  static const fax::Settings<Options>& settings() {
+    static const fax::Settings<Options> table =
+        fax::Settings<Options>().add("server_lr", &Options::server_lr, "server learning rate", fax::positive());
+    return table;
   }
 
   fax::ServerState init(const fax::Config& config, const fax::Model&, fax::TensorTree params) override {
-    server_lr_ = config.get_float("algorithm.server_lr");
+    server_lr_ = settings().read(config, "algorithm").server_lr;
     return {std::move(params), {}};
   }
 

@@ -24,32 +24,38 @@ class HypergradFedAvg final : public fax::Algorithm {
   static constexpr const char* description =
       "FedAvg with the server (and optionally client) learning rate learned by federated-AD hypergradient descent";
 
-  static std::vector<fax::ConfigKey> keys() {
-    auto keys = fax::client_training_keys();
-    keys.push_back(fax::positive_float_key("server_lr", "1.0", "initial server learning rate"));
-    keys.push_back(fax::float_key("hyper_lr", "0.2", "hypergradient step size on log(server_lr)", 0));
-    keys.push_back(fax::bool_key("learn_client_lr", "false", "also learn the client learning rate (through the local steps)"));
-    keys.push_back(fax::float_key("client_hyper_lr", "0.05", "hypergradient step size on log(client_lr)", 0));
-    return keys;
+  struct Options {
+    fax::ClientTrainingOptions client;
+    double server_lr = 1.0;
+    double hyper_lr = 0.2;
+    bool learn_client_lr = false;
+    double client_hyper_lr = 0.05;
+  };
+
+  static const fax::Settings<Options>& settings() {
+    static const fax::Settings<Options> table = fax::Settings<Options>()
+        .include(&Options::client, fax::client_training_settings())
+        .add("server_lr", &Options::server_lr, "initial server learning rate", fax::positive())
+        .add("hyper_lr", &Options::hyper_lr, "hypergradient step size on log(server_lr)", fax::at_least(0))
+        .add("learn_client_lr", &Options::learn_client_lr, "also learn the client learning rate (through the local steps)")
+        .add("client_hyper_lr", &Options::client_hyper_lr, "hypergradient step size on log(client_lr)", fax::at_least(0));
+    return table;
   }
 
   fax::ServerState init(const fax::Config& config, const fax::Model&, fax::TensorTree params) override {
-    training_ = fax::client_training(config);
-    hyper_lr_ = config.get_float("algorithm.hyper_lr");
-    learn_client_lr_ = config.get_bool("algorithm.learn_client_lr");
-    client_hyper_lr_ = config.get_float("algorithm.client_hyper_lr");
-    fax::TensorTree rates{
-        {"log_server_lr", at::scalar_tensor(std::log(config.get_float("algorithm.server_lr")), at::kDouble)},
-        {"log_client_lr", at::scalar_tensor(std::log(config.get_float("algorithm.client_lr")), at::kDouble)}};
+    o_ = settings().read(config, "algorithm");
+    training_ = fax::client_training(o_.client);
+    fax::TensorTree rates{{"log_server_lr", at::scalar_tensor(std::log(o_.server_lr), at::kDouble)},
+                          {"log_client_lr", at::scalar_tensor(std::log(o_.client.client_lr), at::kDouble)}};
     return {std::move(params), std::move(rates)};
   }
 
   fax::RoundMetrics round(fax::ServerState& state, fax::RoundContext& ctx) const override {
     const at::Tensor log_eta = state.extra.at("log_server_lr").detach().requires_grad_(true);
-    const at::Tensor log_lr = state.extra.at("log_client_lr").detach().requires_grad_(learn_client_lr_);
+    const at::Tensor log_lr = state.extra.at("log_client_lr").detach().requires_grad_(o_.learn_client_lr);
     fax::ClientTraining training = training_;
     training.lr = fax::Server<at::Tensor>(log_lr.exp());
-    training.create_graph = learn_client_lr_;
+    training.create_graph = o_.learn_client_lr;
 
     const auto weights = ctx.example_counts();
     const fax::RoundUpdate round_update = fax::mean_client_update(ctx, state.params, training);
@@ -59,19 +65,19 @@ class HypergradFedAvg final : public fax::Algorithm {
         fax::weighted_mean(fax::full_batch_losses(ctx, fax::broadcast(fax::Server<fax::TensorTree>(candidate))), weights)
             .value();
     std::vector<at::Tensor> wrt{log_eta};
-    if (learn_client_lr_) wrt.push_back(log_lr);
+    if (o_.learn_client_lr) wrt.push_back(log_lr);
     const auto grads = torch::autograd::grad({post_loss}, wrt);
 
     // d L / d log(rate) = rate * d L / d rate.
-    const at::Tensor next_log_eta = (log_eta - hyper_lr_ * grads[0]).detach();
-    const at::Tensor next_log_lr = learn_client_lr_ ? (log_lr - client_hyper_lr_ * grads[1]).detach() : log_lr.detach();
+    const at::Tensor next_log_eta = (log_eta - o_.hyper_lr * grads[0]).detach();
+    const at::Tensor next_log_lr = o_.learn_client_lr ? (log_lr - o_.client_hyper_lr * grads[1]).detach() : log_lr.detach();
     state.params = fax::axpy(-next_log_eta.exp(), fax::detach(update), state.params);
     state.extra = fax::TensorTree{{"log_server_lr", next_log_eta}, {"log_client_lr", next_log_lr}};
 
     fax::RoundMetrics metrics = fax::round_metrics(ctx, round_update);
     metrics.server.set("hyper/post_round_loss", post_loss.detach());
     metrics.server.set("hyper/server_lr_grad", (grads[0] / log_eta.exp()).detach());
-    if (learn_client_lr_) metrics.server.set("hyper/client_lr_grad", (grads[1] / log_lr.exp()).detach());
+    if (o_.learn_client_lr) metrics.server.set("hyper/client_lr_grad", (grads[1] / log_lr.exp()).detach());
     metrics.server.set("server/lr", next_log_eta.exp());
     metrics.server.set("client/lr", next_log_lr.exp());
     return metrics;
@@ -79,9 +85,7 @@ class HypergradFedAvg final : public fax::Algorithm {
 
  private:
   fax::ClientTraining training_;
-  double hyper_lr_ = 0.2;
-  bool learn_client_lr_ = false;
-  double client_hyper_lr_ = 0.05;
+  Options o_;
 };
 
 }  // namespace

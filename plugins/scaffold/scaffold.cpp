@@ -16,16 +16,23 @@ class Scaffold final : public fax::Algorithm {
   static constexpr const char* description =
       "SCAFFOLD: local SGD corrected by server and client control variates (Karimireddy et al. 2020)";
 
-  static std::vector<fax::ConfigKey> keys() {
-    auto keys = fax::client_training_keys();
-    keys.push_back(fax::positive_float_key("server_lr", "1.0", "global (server) learning rate"));
-    return keys;
+  struct Options {
+    fax::ClientTrainingOptions client;
+    double server_lr = 1.0;
+  };
+
+  static const fax::Settings<Options>& settings() {
+    static const fax::Settings<Options> table = fax::Settings<Options>()
+        .include(&Options::client, fax::client_training_settings())
+        .add("server_lr", &Options::server_lr, "global (server) learning rate", fax::positive());
+    return table;
   }
 
   fax::ServerState init(const fax::Config& config, const fax::Model&, fax::TensorTree params) override {
-    training_ = fax::client_training(config);
-    server_lr_ = config.get_float("algorithm.server_lr");
-    client_lr_ = config.get_float("algorithm.client_lr");
+    const Options o = settings().read(config, "algorithm");
+    training_ = fax::client_training(o.client);
+    server_lr_ = o.server_lr;
+    client_lr_ = o.client.client_lr;
     fax::TensorTree control = fax::prefixed(fax::zeros_like(params), "control/");
     return {std::move(params), std::move(control)};
   }

@@ -1,9 +1,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/autograd.h>
 
-#include <fax/in_memory.h>
-#include <fax/local_training.h>
-#include <fax/models.h>
+#include <fax/datasets/in_memory.h>
+#include <fax/nn/builtin_models.h>
+#include <fax/train/local_training.h>
 
 #include "helpers.h"
 

@@ -3,7 +3,7 @@
 
 #include <ATen/Parallel.h>
 
-#include <fax/local_communicator.h>
+#include <fax/spmd/local_communicator.h>
 
 #include "helpers.h"
 

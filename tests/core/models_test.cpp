@@ -2,8 +2,8 @@
 
 #include <torch/csrc/autograd/autograd.h>
 
-#include <fax/layers.h>
-#include <fax/models.h>
+#include <fax/nn/builtin_models.h>
+#include <fax/nn/layers.h>
 
 #include "helpers.h"
 

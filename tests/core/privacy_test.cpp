@@ -1,6 +1,6 @@
 #include <cmath>
 
-#include <fax/privacy.h>
+#include <fax/train/privacy.h>
 
 #include "helpers.h"
 

@@ -5,10 +5,10 @@
 #include <fstream>
 #include <set>
 
-#include <fax/datasets.h>
-#include <fax/idx.h>
-#include <fax/partition.h>
-#include <fax/sources.h>
+#include <fax/datasets/idx.h>
+#include <fax/datasets/partition.h>
+#include <fax/datasets/readers.h>
+#include <fax/datasets/registry.h>
 
 #include "../core/helpers.h"
 

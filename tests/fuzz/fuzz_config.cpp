@@ -7,18 +7,19 @@
 #include <cstdint>
 #include <string>
 
-#include <fax/config.h>
-#include <fax/error.h>
-#include <fax/experiment.h>
-#include <fax/sweep.h>
+#include <fax/base/config.h>
+#include <fax/base/error.h>
+#include <fax/io/config_yaml.h>
+#include <fax/runtime/experiment.h>
+#include <fax/tools/sweep.h>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   try {
-    fax::Config config = fax::Config::from_yaml(text, "fuzz.yaml");
-    config.set("seed=1");
+    fax::Config config = fax::parse_config(text, "fuzz.yaml");
+    fax::apply_override(config, "seed=1");
     config.resolve(fax::experiment_schema());
-    fax::Config::from_yaml(config.to_yaml(), "resolved").resolve(fax::experiment_schema());
+    fax::parse_config(fax::config_to_yaml(config), "resolved").resolve(fax::experiment_schema());
   } catch (const fax::Error&) {
   }
   try {

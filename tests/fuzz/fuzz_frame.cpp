@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include <fax/error.h>
+#include <fax/base/error.h>
 
 #include "remote_wire.h"
 

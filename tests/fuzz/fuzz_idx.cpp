@@ -1,6 +1,6 @@
 // libFuzzer target: the IDX reader (plain and gzip) on arbitrary bytes.
-#include <fax/error.h>
-#include <fax/idx.h>
+#include <fax/base/error.h>
+#include <fax/datasets/idx.h>
 
 #include "fuzz_file.h"
 

@@ -12,9 +12,9 @@
 
 #include <ATen/core/Tensor.h>
 
-#include <fax/data.h>
-#include <fax/error.h>
-#include <fax/sources.h>
+#include <fax/base/error.h>
+#include <fax/datasets/readers.h>
+#include <fax/train/dataset.h>
 
 #include <unistd.h>
 

@@ -1,27 +1,10 @@
 #pragma once
 
-/// The one header a plugin author reads first: placements, tensor trees, the federated primitives,
-/// programs and meshes, random streams, errors, and the algorithm plugin interface (models, data,
-/// local training, configuration).
+/// The plugin API, and all of it: what libfax_core offers (base, spmd, nn, train). A plugin never
+/// sees the coordinator, the run log or YAML; those live in fax::runtime and fax::io, which plugins
+/// do not link.
 
-#include <fax/algorithm.h>
-#include <fax/client_states.h>
-#include <fax/client_update.h>
-#include <fax/cohort.h>
-#include <fax/config.h>
-#include <fax/data.h>
-#include <fax/layers.h>
-#include <fax/local_training.h>
-#include <fax/model.h>
-#include <fax/models.h>
-#include <fax/plugin.h>
-#include <fax/communicator.h>
-#include <fax/error.h>
-#include <fax/placement.h>
-#include <fax/primitives.h>
-#include <fax/privacy.h>
-#include <fax/program.h>
-#include <fax/remote.h>
-#include <fax/rng.h>
-#include <fax/tensor_tree.h>
-#include <fax/version.h>
+#include <fax/base.h>
+#include <fax/nn.h>
+#include <fax/spmd.h>
+#include <fax/train.h>

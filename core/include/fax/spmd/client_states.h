@@ -1,0 +1,45 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include <fax/base/tensor_tree.h>
+#include <fax/spmd/primitives.h>
+
+namespace fax {
+
+/// State that an algorithm keeps for each client from one round to the next (SCAFFOLD's control
+/// variates), keyed by client id. Every executor reads and writes only its own clients, so the
+/// result does not depend on how clients map to executors. Saved in checkpoints.
+class ClientStates {
+ public:
+  /// The states of a chunk's clients stacked along a clients axis; a client seen for the first time
+  /// gets `initial` (a tree without the clients axis).
+  TensorTree gather(const ClientChunk& chunk, const TensorTree& initial) const;
+  /// Stores rows [k, ...] as the new states of the chunk's clients.
+  void scatter(const ClientChunk& chunk, const TensorTree& rows);
+
+  size_t size() const;
+  /// All states, stacked in client-id order, with their ids ([n] int64) under "id"; empty when none.
+  TensorTree stacked() const;
+  /// Replaces the contents with what stacked() produced.
+  void restore(const TensorTree& stacked);
+  /// Like stacked(), for the clients among `ids` that have a state.
+  TensorTree subset(const std::vector<int64_t>& ids) const;
+  /// Adds or replaces the states in `stacked` (as stacked() produced it), keeping the others.
+  void merge(const TensorTree& stacked);
+
+  /// The states as they are now, to go back to if a round is abandoned: cheap, since a round
+  /// replaces a client's tensors (scatter, merge) rather than writing into them.
+  using Saved = std::map<int64_t, TensorTree>;
+  Saved save() const;
+  void roll_back(Saved saved);
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<int64_t, TensorTree> states_;
+};
+
+}  // namespace fax

@@ -1,0 +1,68 @@
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fax/base/config.h>
+#include <fax/base/tensor_tree.h>
+#include <fax/nn/model.h>
+#include <fax/spmd/client_states.h>
+#include <fax/spmd/mesh.h>
+#include <fax/spmd/placement.h>
+#include <fax/train/dataset.h>
+
+namespace fax {
+
+/// What a federated algorithm carries from one round to the next, on the server.
+struct ServerState {
+  TensorTree params;  ///< the model's parameters
+  TensorTree extra;   ///< anything else: optimizer moments, learned rates, ...
+};
+
+/// What to do with a client whose update is not finite (NaN or Inf): stop the run naming the round
+/// and client, or drop the client from the round with a warning.
+enum class NonFinite { stop, drop };
+
+/// What a round sees on one executor.
+struct RoundContext {
+  Program& program;                ///< this executor's clients, shards and random streams
+  const Model& model;
+  const FederatedDataset& data;
+  int64_t round;
+  /// State kept per client across rounds (read and write only this executor's clients).
+  ClientStates& client_states;
+  NonFinite nonfinite = NonFinite::stop;
+  /// Local SGD steps a model's input layer in factored form (LocalSgdOptions::factor_input_layer).
+  bool factor_input_layer = true;
+  /// The cohort weights of this executor's clients: their training example counts.
+  Clients<at::Tensor> example_counts() const { return program.weights(); }
+};
+
+/// A round's metrics: server-placed scalars, and optionally one value per client.
+struct RoundMetrics {
+  TensorTree server;  ///< name -> 0-dim tensor, e.g. "train/loss"
+  std::vector<std::pair<std::string, Clients<at::Tensor>>> clients;  ///< name -> [local clients]
+};
+
+/// A federated learning algorithm. fax-run creates one per run; `round` runs SPMD on every
+/// executor at once, so it is const and must not keep per-round state in members.
+class Algorithm {
+ public:
+  virtual ~Algorithm() = default;
+
+  /// Reads the algorithm's settings ("algorithm.<key>", all declared by the plugin) and returns
+  /// the state before round 0, given the model's initial parameters. Runs once per process,
+  /// outside any program: on the coordinator, and on every remote worker before its first task.
+  virtual ServerState init(const Config& config, const Model& model, TensorTree initial_params) = 0;
+
+  /// One round on this executor's copy of the state, which it replaces. Clients are combined only
+  /// through the federated primitives; tensors of `state` are not written in place (executors
+  /// start from the same tensors).
+  virtual RoundMetrics round(ServerState& state, RoundContext& ctx) const = 0;
+
+  /// The parameters to evaluate on the test split.
+  virtual TensorTree eval_params(const ServerState& state) const { return state.params; }
+};
+
+}  // namespace fax

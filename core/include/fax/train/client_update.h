@@ -1,0 +1,80 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include <fax/base/settings.h>
+#include <fax/train/algorithm.h>
+#include <fax/train/local_training.h>
+
+namespace fax {
+
+/// The client half of FedAvg-style algorithms.
+struct ClientTraining {
+  int64_t epochs = 1;
+  int64_t batch_size = 10;  ///< 0: the whole local data set
+  /// The client learning rate, a server value (0-dim); broadcast to the clients so that gradients
+  /// with respect to it are summed over every executor's clients (hypergradients).
+  Server<at::Tensor> lr;
+  /// Differentiate through the local steps (needed for gradients in lr or in the start point).
+  bool create_graph = false;
+  /// Per chunk, extra options for local_sgd (a penalty on the parameters: FedProx's proximal term,
+  /// SCAFFOLD's correction), given the chunk and its clients' start rows.
+  std::function<LocalSgdOptions(const ClientChunk&, const TensorTree& start)> customize;
+  /// Per chunk, after training: sees the chunk, its start rows, trained rows and step counts
+  /// ([k]) and may return extra per-client rows, gathered into ClientUpdates::extras (SCAFFOLD
+  /// updates its control variates here and returns their change).
+  std::function<TensorTree(const ClientChunk&, const TensorTree& start, const TensorTree& trained, const at::Tensor& steps)>
+      after;
+};
+
+struct ClientUpdates {
+  Clients<TensorTree> deltas;  ///< start - trained, one row per client
+  Clients<at::Tensor> losses;  ///< mean training loss over the examples each client saw
+  Clients<TensorTree> extras;  ///< what ClientTraining::after returned (empty without it)
+  /// Example counts, 0 for a client dropped for a non-finite update (whose delta and loss are 0).
+  Clients<at::Tensor> weights;
+  /// 1 for a client that took part, 0 for a dropped one.
+  Clients<at::Tensor> kept;
+};
+
+/// The settings of the client half, shared by FedAvg-style plugins (keys client_lr, local_epochs,
+/// batch_size; include them in a plugin's table with Settings::include).
+struct ClientTrainingOptions {
+  double client_lr = 0.1;
+  int64_t local_epochs = 1;
+  int64_t batch_size = 10;  ///< 0: the whole local data set
+};
+const Settings<ClientTrainingOptions>& client_training_settings();
+/// The client half these options describe (lr as a 0-dim float64 server value).
+ClientTraining client_training(const ClientTrainingOptions& options);
+
+/// Each client's mean loss over its whole local data set at `params` (clients-placed), [clients];
+/// differentiable in params, so its weighted mean is the federated loss whose gradient is FedSGD's.
+Clients<at::Tensor> full_batch_losses(const RoundContext& ctx, const Clients<TensorTree>& params);
+
+/// Local SGD for this executor's clients from `start` (clients-placed), in batched chunks. A client
+/// whose update is not finite stops the run with fax::Error naming the round and client, or with
+/// RoundContext::nonfinite = drop is dropped (weight 0) with a warning.
+ClientUpdates train_clients(const RoundContext& ctx, const Clients<TensorTree>& start, const ClientTraining& training);
+
+/// A FedAvg-style round's client half: the clients' updates and their example-weighted mean.
+struct RoundUpdate {
+  Clients<at::Tensor> losses;   ///< as in ClientUpdates
+  Clients<at::Tensor> weights;  ///< as in ClientUpdates
+  Clients<at::Tensor> kept;     ///< as in ClientUpdates
+  TensorTree mean;  ///< sum(n_i delta_i) / sum(n_i): the server's pseudo-gradient
+};
+
+/// broadcast(params) -> the client half -> weighted mean of the deltas by example count (dropped
+/// clients weigh nothing; a round whose every client was dropped is an error). Streamed through
+/// map_sum_clients: memory follows execution.vectorize, not the cohort; the same bits as
+/// weighted_mean over train_clients. Without ClientTraining::after (it keeps no per-client rows).
+RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params, const ClientTraining& training);
+
+/// The metrics FedAvg-style plugins report: train/loss (example-weighted mean of the clients'
+/// training losses), train/update_norm (|mean update|), train/dropped_clients and the per-client
+/// train_loss.
+RoundMetrics round_metrics(const RoundContext& ctx, const RoundUpdate& update);
+
+}  // namespace fax

@@ -1,0 +1,102 @@
+#pragma once
+
+/// The algorithm plugin ABI. A plugin is a shared library (built with fax_add_plugin) that defines
+/// a fax::Algorithm subclass and exports it with FAX_PLUGIN(Type). Type provides:
+///
+///   static constexpr const char* name = "fedavg";          // algorithm.name in experiments
+///   static constexpr const char* description = "...";      // one line
+///   static const fax::Settings<Options>& settings();       // its settings (fax/base/settings.h),
+///                                                          // relative to "algorithm."
+///
+/// (or, instead of settings(), `static std::vector<fax::ConfigKey> keys();`).
+///
+/// The entry point returns a plain C struct whose first field is the ABI version, so the loader
+/// can refuse a plugin from another fax before it reads anything else.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <torch/version.h>
+
+#include <fax/base/config.h>
+#include <fax/base/settings.h>
+#include <fax/base/version.h>
+#include <fax/train/algorithm.h>
+
+/// Bumped whenever FaxPluginInfo, fax::Algorithm or the types it passes change incompatibly.
+#define FAX_PLUGIN_ABI_VERSION 3
+#define FAX_PLUGIN_ENTRY_POINT "fax_plugin_info"
+
+extern "C" {
+
+typedef struct FaxPluginKey {
+  const char* name;           /* relative to "algorithm." */
+  const char* type;           /* "integer", "float", "bool" or "string" */
+  const char* default_value;  /* YAML scalar text */
+  const char* doc;
+  double min;                 /* -inf: none */
+  double max;                 /* +inf: none */
+  int min_exclusive;
+  const char* choices;        /* comma-separated accepted strings, or "" */
+} FaxPluginKey;
+
+typedef struct FaxPluginInfo {
+  uint32_t abi_version;       /* FAX_PLUGIN_ABI_VERSION of the plugin's build: always first */
+  const char* fax_version;    /* FAX_VERSION of the plugin's build */
+  const char* torch_version;  /* TORCH_VERSION of the plugin's build */
+  int cxx11_abi;              /* _GLIBCXX_USE_CXX11_ABI of the plugin's build */
+  const char* name;
+  const char* description;
+  const FaxPluginKey* keys;
+  size_t num_keys;
+  void* (*create)(void);      /* a new fax::Algorithm, as void* */
+  void (*destroy)(void*);
+} FaxPluginInfo;
+
+typedef const FaxPluginInfo* (*FaxPluginEntry)(void);
+}
+
+namespace fax::detail {
+
+/// Owns the strings and arrays a FaxPluginInfo points into, for the life of the process.
+class PluginInfoStorage {
+ public:
+  PluginInfoStorage(uint32_t abi_version, const char* fax_version, const char* torch_version, int cxx11_abi,
+                    const char* name, const char* description, std::vector<ConfigKey> keys,
+                    void* (*create)(void), void (*destroy)(void*));
+  const FaxPluginInfo* info() const { return &info_; }
+
+ private:
+  std::vector<ConfigKey> keys_;
+  std::vector<std::string> choices_;
+  std::vector<FaxPluginKey> c_keys_;
+  FaxPluginInfo info_{};
+};
+
+/// The keys a plugin type declares: its settings table's, or what its keys() returns.
+template <class Type, class = void>
+struct HasSettings : std::false_type {};
+template <class Type>
+struct HasSettings<Type, std::void_t<decltype(Type::settings())>> : std::true_type {};
+
+template <class Type>
+std::vector<ConfigKey> plugin_keys() {
+  if constexpr (HasSettings<Type>::value) return Type::settings().keys();
+  else return Type::keys();
+}
+
+}  // namespace fax::detail
+
+/// Exports `Type` (a fax::Algorithm with static name, description and settings()) as a plugin.
+#define FAX_PLUGIN(Type)                                                                       \
+  extern "C" __attribute__((visibility("default"))) const FaxPluginInfo* fax_plugin_info(void) { \
+    static const ::fax::detail::PluginInfoStorage storage(                                     \
+        FAX_PLUGIN_ABI_VERSION, FAX_VERSION, TORCH_VERSION, _GLIBCXX_USE_CXX11_ABI, Type::name,   \
+        Type::description, ::fax::detail::plugin_keys<Type>(),                                 \
+        []() -> void* { return static_cast<::fax::Algorithm*>(new Type()); },                 \
+        [](void* algorithm) { delete static_cast<::fax::Algorithm*>(algorithm); });            \
+    return storage.info();                                                                     \
+  }

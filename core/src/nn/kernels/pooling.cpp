@@ -1,0 +1,212 @@
+// 2x2 max pooling (kernels.h).
+
+#include <cstdint>
+
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "kernels.h"
+
+namespace fax::kernels {
+namespace {
+
+// 2x2 max pooling. LibTorch 1.13's NCHW max_pool2d kernel on the CPU is scalar and general
+// (dilation, padding), and a large part of a CNN round (experiments/bench/RESULTS.md). This one pools the planes of a contiguous tensor and
+// keeps, per output, which corner won (0..3, row-major) for the backward pass. It picks the corner
+// max_pool2d picks: the first maximum in row-major order, or the last NaN; so values, gradients
+// and double gradients carry the same bits as max_pool2d's.
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct Planes {
+  int64_t count, h, w;  // input planes [count, h, w]; outputs [count, h / 2, w / 2]
+  int64_t out_size() const { return (h / 2) * (w / 2); }
+};
+
+// Runs f(first, end) over ranges of planes on LibTorch's intra-op threads.
+template <typename F>
+void for_planes(const Planes& p, F f) {
+  at::parallel_for(0, p.count, std::max<int64_t>(1, 32768 / (p.h * p.w)), f);
+}
+
+// Whether `candidate` (at corner `later`) replaces `best` (at corner `earlier`) under max_pool2d's
+// choice: a NaN beats numbers and earlier NaNs; among numbers the larger wins, the earlier on ties.
+// Bitwise operators, not && and ||: without branches the compiler vectorises the loops below.
+template <typename T>
+bool replaces(T candidate, T best, T later, T earlier) {
+  return (candidate > best) | ((candidate == best) & (later < earlier)) |
+         ((candidate != candidate) & ((best == best) | (later > earlier)));
+}
+
+template <typename T>
+void pool_planes(const T* x, T* out, uint8_t* corners, const Planes& p, int64_t first, int64_t end) {
+  const int64_t h2 = p.h / 2, w2 = p.w / 2, n = p.out_size();
+  // Per plane: the maxima of each column's two rows (contiguous), then of each pair of columns,
+  // then the corners as bytes; three loops the compiler vectorises. Corners are kept as T until
+  // the last loop so that every loop works on one element width.
+  std::vector<T> column_max(2 * n), column_corner(2 * n), corner(n);
+  for (int64_t plane = first; plane < end; ++plane) {
+    for (int64_t i = 0; i < h2; ++i) {
+      const T* top = x + (plane * p.h + 2 * i) * p.w;
+      const T* bottom = top + p.w;
+      T* m = column_max.data() + i * 2 * w2;
+      T* c = column_corner.data() + i * 2 * w2;
+      for (int64_t j = 0; j < 2 * w2; ++j) {
+        const bool lower = replaces<T>(bottom[j], top[j], 2, 0);
+        m[j] = lower ? bottom[j] : top[j];
+        c[j] = lower ? 2 : 0;
+      }
+    }
+    T* o = out + plane * n;
+    for (int64_t j = 0; j < n; ++j) {
+      const T left = column_max[2 * j], right = column_max[2 * j + 1];
+      const T left_corner = column_corner[2 * j], right_corner = column_corner[2 * j + 1] + 1;
+      const bool take_right = replaces(right, left, right_corner, left_corner);
+      o[j] = take_right ? right : left;
+      corner[j] = take_right ? right_corner : left_corner;
+    }
+    uint8_t* co = corners + plane * n;
+    for (int64_t j = 0; j < n; ++j) co[j] = static_cast<uint8_t>(corner[j]);
+  }
+}
+
+// Calls f(window_row(plane, i)) for every row i of windows of every plane, on LibTorch's threads.
+// A WindowRow points at the window's two input rows, at its outputs and at its corners, given as
+// T so that the loops over a row work on one element width and vectorise.
+template <typename T>
+struct WindowRow {
+  T* up;
+  T* down;
+  T* out;
+  const T* corner;
+};
+
+template <typename T, typename F>
+void for_window_rows(const Planes& p, T* x, T* out, const uint8_t* corners, F f) {
+  const int64_t n = p.out_size(), w2 = p.w / 2;
+  for_planes(p, [&](int64_t first, int64_t end) {
+    std::vector<T> corner(n);
+    for (int64_t plane = first; plane < end; ++plane) {
+      for (int64_t j = 0; j < n; ++j) corner[j] = corners[plane * n + j];
+      for (int64_t i = 0; i < p.h / 2; ++i) {
+        T* up = x + (plane * p.h + 2 * i) * p.w;
+        f(WindowRow<T>{up, up + p.w, out + plane * n + i * w2, corner.data() + i * w2});
+      }
+    }
+  });
+}
+
+// grad_x = P^T grad_out: each output's gradient to its corner, zero elsewhere. `+ 0` as in
+// max_pool2d's backward (it adds into zeros), which turns -0 into +0.
+at::Tensor scatter_to_corners(const at::Tensor& grad_out, const at::Tensor& corners, const Planes& p) {
+  at::Tensor g = grad_out.contiguous();
+  // An odd last row or column belongs to no window; every other element is written below.
+  const bool uncovered = p.h % 2 != 0 || p.w % 2 != 0;
+  at::Tensor grad_x = uncovered ? at::zeros({p.count, p.h, p.w}, g.options()) : at::empty({p.count, p.h, p.w}, g.options());
+  AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "fax::max_pool2 backward", [&] {
+    const int64_t w2 = p.w / 2;
+    for_window_rows<scalar_t>(p, grad_x.data_ptr<scalar_t>(), g.data_ptr<scalar_t>(), corners.data_ptr<uint8_t>(),
+                              [w2](WindowRow<scalar_t> r) {
+                                for (int64_t j = 0; j < w2; ++j) {
+                                  const scalar_t v = r.out[j] + scalar_t(0), c = r.corner[j], zero = 0;
+                                  r.up[2 * j] = c == 0 ? v : zero;
+                                  r.up[2 * j + 1] = c == 1 ? v : zero;
+                                  r.down[2 * j] = c == 2 ? v : zero;
+                                  r.down[2 * j + 1] = c == 3 ? v : zero;
+                                }
+                              });
+  });
+  return grad_x;
+}
+
+// grad_out = P grad_x: each output reads its corner.
+at::Tensor gather_from_corners(const at::Tensor& grad_x, const at::Tensor& corners, const Planes& p) {
+  at::Tensor g = grad_x.contiguous();
+  at::Tensor grad_out = at::empty({p.count, p.h / 2, p.w / 2}, g.options());
+  AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "fax::max_pool2 double backward", [&] {
+    const int64_t w2 = p.w / 2;
+    for_window_rows<scalar_t>(p, g.data_ptr<scalar_t>(), grad_out.data_ptr<scalar_t>(), corners.data_ptr<uint8_t>(),
+                              [w2](WindowRow<scalar_t> r) {
+                                for (int64_t j = 0; j < w2; ++j) {
+                                  const scalar_t c = r.corner[j];
+                                  r.out[j] = c == 0   ? r.up[2 * j]
+                                             : c == 1 ? r.up[2 * j + 1]
+                                             : c == 2 ? r.down[2 * j]
+                                                      : r.down[2 * j + 1];
+                                }
+                              });
+  });
+  return grad_out;
+}
+
+void save_corners(AutogradContext* ctx, const at::Tensor& corners, const Planes& p) {
+  ctx->saved_data["corners"] = corners;
+  ctx->saved_data["count"] = p.count;
+  ctx->saved_data["h"] = p.h;
+  ctx->saved_data["w"] = p.w;
+}
+
+// What save_corners kept.
+struct SavedCorners {
+  at::Tensor corners;
+  Planes planes;
+};
+
+SavedCorners saved_corners(AutogradContext* ctx) {
+  return {ctx->saved_data["corners"].toTensor(),
+          {ctx->saved_data["count"].toInt(), ctx->saved_data["h"].toInt(), ctx->saved_data["w"].toInt()}};
+}
+
+// The pooling's backward as a function of its own, linear in grad_out: its backward is the gather.
+struct ScatterFn : public torch::autograd::Function<ScatterFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& grad_out, const at::Tensor& corners, Planes p) {
+    save_corners(ctx, corners, p);
+    return scatter_to_corners(grad_out, corners, p);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads);
+};
+
+struct GatherFn : public torch::autograd::Function<GatherFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& grad_x, const at::Tensor& corners, Planes p) {
+    save_corners(ctx, corners, p);
+    return gather_from_corners(grad_x, corners, p);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const SavedCorners saved = saved_corners(ctx);
+    return {ScatterFn::apply(grads[0], saved.corners, saved.planes), at::Tensor(), at::Tensor()};
+  }
+};
+
+variable_list ScatterFn::backward(AutogradContext* ctx, variable_list grads) {
+  const SavedCorners saved = saved_corners(ctx);
+  return {GatherFn::apply(grads[0], saved.corners, saved.planes), at::Tensor(), at::Tensor()};
+}
+
+// x: [planes, h, w], contiguous.
+struct MaxPool2Fn : public torch::autograd::Function<MaxPool2Fn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x) {
+    const Planes p{x.size(0), x.size(1), x.size(2)};
+    at::Tensor out = at::empty({p.count, p.h / 2, p.w / 2}, x.options());
+    at::Tensor corners = at::empty({p.count, p.h / 2, p.w / 2}, x.options().dtype(at::kByte));
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fax::max_pool2", [&] {
+      const scalar_t* xp = x.data_ptr<scalar_t>();
+      scalar_t* op = out.data_ptr<scalar_t>();
+      uint8_t* cp = corners.data_ptr<uint8_t>();
+      for_planes(p, [&](int64_t first, int64_t end) { pool_planes(xp, op, cp, p, first, end); });
+    });
+    save_corners(ctx, corners, p);
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const SavedCorners saved = saved_corners(ctx);
+    return {ScatterFn::apply(grads[0], saved.corners, saved.planes)};
+  }
+};
+
+}  // namespace
+
+at::Tensor max_pool2_planes(const at::Tensor& x) { return MaxPool2Fn::apply(x); }
+
+}  // namespace fax::kernels

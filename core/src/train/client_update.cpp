@@ -1,0 +1,188 @@
+#include <fax/train/client_update.h>
+
+#include <optional>
+#include <string>
+
+#include <ATen/ATen.h>
+
+#include <fax/nn/layers.h>
+
+namespace fax {
+namespace {
+// The loss, the kept flag and the extras ride along with the deltas in one clients value, under
+// reserved names: all begin with "__".
+constexpr const char* kLoss = "__loss";
+constexpr const char* kKept = "__kept";
+constexpr const char* kWeight = "__weight";
+const std::string kExtra = "__extra/";
+// The input layer's factors (LocalSgdOptions::defer_input_layer), screened like the deltas.
+const std::string kFactorX = "__factors/x";
+const std::string kFactorU = "__factors/u";
+
+// Applies the non-finite policy to a chunk's results: stop, or zero the rows of dropped clients.
+at::Tensor screen(const RoundContext& ctx, const ClientChunk& chunk, TensorTree& rows, at::Tensor& loss) {
+  const at::Tensor finite = at::isfinite(loss) & finite_rows(rows);
+  for (int64_t i = 0; i < chunk.size; ++i) {
+    if (finite[i].item<bool>()) continue;
+    const std::string who = describe_client(ctx.data, chunk.client_id(i));
+    FAX_CHECK(ctx.nonfinite == NonFinite::drop,
+              "round {}: the update of {} is not finite (NaN or Inf); set execution.nonfinite=drop to drop such "
+              "clients instead",
+              ctx.round + 1, who);
+    warn(fmt::format("round {}: dropped {}: its update is not finite (NaN or Inf)", ctx.round + 1, who));
+  }
+  if (ctx.nonfinite == NonFinite::drop) {
+    rows = rows.map([&](const at::Tensor& t) {
+      std::vector<int64_t> shape(t.dim(), 1);
+      shape[0] = t.size(0);
+      return at::where(finite.view(shape), t, at::zeros_like(t));
+    });
+    loss = at::where(finite, loss, at::zeros_like(loss));
+  }
+  return finite.to(loss.scalar_type());
+}
+}  // namespace
+
+const Settings<ClientTrainingOptions>& client_training_settings() {
+  using O = ClientTrainingOptions;
+  static const Settings<O> table = Settings<O>()
+      .add("client_lr", &O::client_lr, "client SGD learning rate", positive())
+      .add("local_epochs", &O::local_epochs, "passes over each client's data per round (E)", at_least(1))
+      .add("batch_size", &O::batch_size, "client minibatch size (B); 0: the whole local data set", at_least(0));
+  return table;
+}
+
+ClientTraining client_training(const ClientTrainingOptions& options) {
+  ClientTraining t;
+  t.epochs = options.local_epochs;
+  t.batch_size = options.batch_size;
+  t.lr = Server<at::Tensor>(at::scalar_tensor(options.client_lr, at::kDouble));
+  return t;
+}
+
+Clients<at::Tensor> full_batch_losses(const RoundContext& ctx, const Clients<TensorTree>& params) {
+  return map_clients([&](const ClientChunk& chunk, const TensorTree& rows) {
+    const Batch b = ClientBatches(chunk, ctx.data, 1, 0).batch(0);
+    const at::Tensor losses = per_example(cross_entropy(ctx.model.forward(rows, b.x), b.y), 2);
+    return (losses * b.mask).sum(1) / b.mask.sum(1);
+  }, params);
+}
+
+std::string describe_client(const FederatedDataset& data, int64_t client) {
+  const std::string name = data.client_name(client);
+  return name.empty() ? fmt::format("client {}", client) : fmt::format("client {} ({})", client, name);
+}
+
+namespace {
+
+// One chunk of the client half: local SGD from `params`, the deltas, then the non-finite screen;
+// the loss, the kept flag, the extras and, with `defer`, the input layer's factors (instead of its
+// delta) ride along as reserved leaves.
+TensorTree train_chunk(const RoundContext& ctx, const ClientTraining& t, const ClientChunk& chunk,
+                       const TensorTree& params, const at::Tensor& rates, bool defer) {
+  const ClientBatches batches(chunk, ctx.data, t.epochs, t.batch_size);
+  LocalSgdOptions options = t.customize ? t.customize(chunk, params) : LocalSgdOptions{};
+  options.create_graph = options.create_graph || t.create_graph;
+  options.factor_input_layer = options.factor_input_layer && ctx.factor_input_layer;
+  options.defer_input_layer = defer;
+  const LocalSgdResult local = local_sgd(ctx.model, batches, params, rates, options);
+  TensorTree rows;
+  for (const auto& [name, p] : params)
+    if (local.params.contains(name)) rows.set(name, p - local.params.at(name));
+  if (local.input_factors) {
+    rows.set(kFactorX, local.input_factors->x);
+    rows.set(kFactorU, local.input_factors->u);
+  }
+  at::Tensor loss = local.loss;
+  const at::Tensor kept = screen(ctx, chunk, rows, loss);
+  rows.set(kLoss, loss);
+  rows.set(kKept, kept);
+  if (t.after) {
+    for (const auto& [name, extra] : t.after(chunk, params, local.params, batches.client_steps()))
+      rows.set(kExtra + name, extra);
+  }
+  return rows;
+}
+
+// The model leaves of `rows` (no reserved leaf), but `skip`.
+TensorTree deltas_of(const TensorTree& rows, const std::string& skip = "") {
+  TensorTree deltas;
+  for (const auto& [name, t] : rows)
+    if (name.rfind("__", 0) != 0 && name != skip) deltas.set(name, t);
+  return deltas;
+}
+
+// A chunk's sum over clients of the input layer's weighted deltas w_i (W_0 - W_i): from the
+// factors, sum_i w_i X_i^T U_i = X^T (w U) over all the chunk's rows, one product; else the
+// weighted rows added in order.
+at::Tensor input_layer_sum(const TensorTree& trained, const std::string& weight, const at::Tensor& weights) {
+  if (!trained.contains(kFactorX)) {
+    const TensorTree scaled = scale_rows(TensorTree{{weight, trained.at(weight)}}, weights);
+    return detail::add_rows({}, scaled).at(weight);
+  }
+  const at::Tensor& x = trained.at(kFactorX);
+  const at::Tensor& u = trained.at(kFactorU);
+  const at::Tensor weighted_u = u * weights.view({-1, 1, 1}).to(u.scalar_type());
+  return batched_matmul(x.reshape({-1, x.size(2)}).t(), weighted_u.reshape({-1, u.size(2)}));
+}
+
+}  // namespace
+
+ClientUpdates train_clients(const RoundContext& ctx, const Clients<TensorTree>& start, const ClientTraining& t) {
+  const auto lr = broadcast(t.lr);
+  const auto out = map_clients([&](const ClientChunk& chunk, const TensorTree& params, const at::Tensor& rates) {
+    return train_chunk(ctx, t, chunk, params, rates, false);
+  }, start, lr);
+  const TensorTree& all = out.value();
+  const at::Tensor& kept = all.at(kKept);
+  return {Clients<TensorTree>(deltas_of(all)), Clients<at::Tensor>(all.at(kLoss)),
+          Clients<TensorTree>(unprefixed(all, kExtra)),
+          Clients<at::Tensor>(ctx.example_counts().value().to(kept.scalar_type()) * kept), Clients<at::Tensor>(kept)};
+}
+
+RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params, const ClientTraining& training) {
+  FAX_CHECK(!training.after, "mean_client_update keeps no per-client rows: use train_clients for ClientTraining::after");
+  const auto start = broadcast(Server<TensorTree>(params));
+  const auto lr = broadcast(training.lr);
+  // Streamed: each chunk's weighted deltas join the running sum, so memory follows the chunk size.
+  // A model's input layer weight is summed per chunk (from local SGD's factors when it has them),
+  // every other leaf row by row with weighted_mean's products and adds.
+  const std::optional<InputLayer> input = ctx.model.input_layer();
+  const std::string input_weight = input ? input->weight : "";
+  const MappedSum out = map_sum_clients(
+      [&](const ClientChunk& chunk, const TensorTree& rows, const at::Tensor& rates, const at::Tensor& counts) {
+        const TensorTree trained = train_chunk(ctx, training, chunk, rows, rates, input.has_value());
+        const at::Tensor& kept = trained.at(kKept);
+        const at::Tensor weights = counts.to(kept.scalar_type()) * kept;
+        ChunkRows result;
+        result.sum = scale_rows(deltas_of(trained, input_weight), weights);
+        if (input) result.summed.set(input_weight, input_layer_sum(trained, input_weight, weights));
+        result.sum.set(kWeight, weights);
+        result.keep.set(kLoss, trained.at(kLoss));
+        result.keep.set(kKept, kept);
+        result.keep.set(kWeight, weights);
+        return result;
+      },
+      start, lr, ctx.example_counts());
+  TensorTree sums = out.sum.value();
+  const at::Tensor total = sums.at(kWeight);
+  // Every executor sees the same total, so they all stop together.
+  FAX_CHECK(total.item<double>() > 0, "round {}: every client's update was not finite", ctx.round + 1);
+  TensorTree mean;  // in the model's order
+  for (const auto& [name, p] : params) mean.set(name, sums.at(name) / total);
+  const TensorTree& keep = out.keep.value();
+  return {Clients<at::Tensor>(keep.at(kLoss)), Clients<at::Tensor>(keep.at(kWeight)), Clients<at::Tensor>(keep.at(kKept)),
+          std::move(mean)};
+}
+
+RoundMetrics round_metrics(const RoundContext& ctx, const RoundUpdate& update) {
+  RoundMetrics metrics;
+  metrics.server.set("train/loss", weighted_mean(update.losses, update.weights).value().detach());
+  metrics.server.set("train/update_norm", squared_norm(update.mean).sqrt().detach());
+  metrics.server.set("train/dropped_clients",
+                     static_cast<double>(ctx.program.cohort_size()) - sum(update.kept).value().detach());
+  metrics.clients.emplace_back("train_loss", Clients<at::Tensor>(update.losses.value().detach()));
+  return metrics;
+}
+
+}  // namespace fax

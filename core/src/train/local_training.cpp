@@ -1,0 +1,280 @@
+#include <fax/train/local_training.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <fax/base/error.h>
+#include <fax/base/interrupt.h>
+#include <fax/nn/layers.h>
+
+namespace fax {
+
+ClientBatches::ClientBatches(const ClientChunk& chunk, const FederatedDataset& data, int64_t epochs,
+                             int64_t batch_size) {
+  FAX_CHECK(epochs > 0, "local training needs at least one epoch (got {})", epochs);
+  FAX_CHECK(batch_size >= 0, "batch size must be positive, or 0 for full batch (got {})", batch_size);
+  const int64_t k = chunk.size;
+  std::vector<Examples> clients;
+  std::vector<int64_t> sizes;
+  int64_t widest = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    clients.push_back(data.client(chunk.client_id(i)));
+    const int64_t n = clients.back().size();
+    FAX_CHECK(n > 0, "client {} has no training examples", chunk.client_id(i));
+    sizes.push_back(n);
+    widest = std::max(widest, n);
+  }
+  const int64_t b = batch_size > 0 ? batch_size : widest;
+  auto batches_per_epoch = [b](int64_t n) { return (n + b - 1) / b; };
+  int64_t steps = 0;
+  for (int64_t n : sizes) steps = std::max(steps, epochs * batches_per_epoch(n));
+
+  std::vector<at::Tensor> xs, ys;
+  index_ = at::zeros({steps, k, b}, at::kLong);
+  mask_ = at::zeros({steps, k, b});
+  int64_t offset = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t n = sizes[i];
+    const int64_t per_epoch = batches_per_epoch(n);
+    at::Generator g = chunk.generator(i);
+    // Slots past the client's data point at its first example and are masked out.
+    at::Tensor order = at::full({epochs, per_epoch * b}, offset, at::kLong);
+    at::Tensor used = at::zeros({epochs, per_epoch * b});
+    for (int64_t e = 0; e < epochs; ++e) {
+      order[e].narrow(0, 0, n).copy_(at::randperm(n, g, at::kLong) + offset);
+      used[e].narrow(0, 0, n).fill_(1.0);
+    }
+    index_.select(1, i).fill_(offset);
+    index_.select(1, i).narrow(0, 0, epochs * per_epoch).copy_(order.view({epochs * per_epoch, b}));
+    mask_.select(1, i).narrow(0, 0, epochs * per_epoch).copy_(used.view({epochs * per_epoch, b}));
+    xs.push_back(clients[i].x);
+    ys.push_back(clients[i].y);
+    offset += n;
+  }
+  // One client's examples are read where they lie (cat would copy them).
+  const auto joined = [](const std::vector<at::Tensor>& parts) { return parts.size() == 1 ? parts[0] : at::cat(parts); };
+  x_ = joined(xs);
+  y_ = joined(ys);
+  // Masks and counts weigh losses: float, in the inputs' precision when those are floats.
+  const at::ScalarType weight_type = x_.is_floating_point() ? x_.scalar_type() : at::kFloat;
+  mask_ = mask_.to(weight_type);
+  counts_ = mask_.sum(2);
+  // Real slots lead each client's row of a step (the shuffled order fills slots from the start).
+  const auto per_step = [](const at::Tensor& t) {
+    const at::Tensor n = t.to(at::kLong).contiguous();
+    return std::vector<int64_t>(n.data_ptr<int64_t>(), n.data_ptr<int64_t>() + n.numel());
+  };
+  widths_ = per_step(counts_.amax(1));
+  fewest_ = per_step(counts_.amin(1));
+  examples_ = at::tensor(sizes, at::kLong).to(weight_type);
+}
+
+at::Tensor ClientBatches::client_steps() const { return (counts_ > 0).to(counts_.scalar_type()).sum(0); }
+
+Batch ClientBatches::gather(const at::Tensor& index, const at::Tensor& mask) const {
+  const auto shape = [&](const at::Tensor& t) {
+    std::vector<int64_t> out(index.sizes().begin(), index.sizes().end());
+    out.insert(out.end(), t.sizes().begin() + 1, t.sizes().end());
+    return out;
+  };
+  const at::Tensor flat = index.reshape({-1});
+  return {x_.index_select(0, flat).view(shape(x_)), y_.index_select(0, flat).view(shape(y_)), mask};
+}
+
+Batch ClientBatches::batch(int64_t step) const {
+  const int64_t width = widths_.at(step);
+  return gather(index_[step].narrow(1, 0, width), mask_[step].narrow(1, 0, width));
+}
+
+Batch ClientBatches::batches(int64_t first, int64_t count) const {
+  const int64_t k = clients();
+  const int64_t rows = count * batch_size();
+  // [count, k, B] -> [k, count * B]: each client's steps back to back.
+  return gather(index_.narrow(0, first, count).transpose(0, 1).reshape({k, rows}),
+                mask_.narrow(0, first, count).transpose(0, 1).reshape({k, rows}));
+}
+
+namespace {
+// One step of a chunk: each client's objective (the masked mean cross-entropy of its batch) and
+// step size, [k] each.
+struct Step {
+  at::Tensor objective;
+  at::Tensor rates;
+};
+
+// Steps the chunk's clients and keeps their running mean training loss over the examples seen.
+// What depends only on the step's counts (the objective's divisor, the rates, whether a step has
+// any unused slot) is worked out once for all steps.
+class StepTracker {
+ public:
+  StepTracker(const ClientBatches& batches, const at::Tensor& step_size)
+      : divisor_(batches.counts().clamp_min(1.0).unbind(0)),
+        // A client whose steps are over (no real example in a step) does not move. Unbound in one
+        // node: the rates' gradient (to a learned step size) is then gathered once, not step by step.
+        rates_((step_size * (batches.counts() > 0).to(batches.counts().scalar_type())).unbind(0)),
+        sum_(at::zeros({batches.clients()}, batches.examples().options())),
+        seen_(batches.counts().sum(0)),
+        batches_(batches) {}
+
+  // Step `s`, whose batch is `batch`.
+  Step step(int64_t s, const at::Tensor& logits, const Batch& batch) {
+    const at::Tensor losses = per_example(cross_entropy(logits, batch.y), 2);
+    // Every slot real: the mask is all ones, and multiplying by it would change no bit.
+    const at::Tensor total = (batches_.fewest(s) == batch.mask.size(1) ? losses : losses * batch.mask).sum(1);
+    sum_ += total.detach();
+    return {total / divisor_.at(s), rates_.at(s)};
+  }
+  at::Tensor mean() const { return sum_ / seen_.clamp_min(1.0); }
+
+ private:
+  std::vector<at::Tensor> divisor_, rates_;  // per step, [k]
+  at::Tensor sum_, seen_;
+  const ClientBatches& batches_;
+};
+
+// Per-client `rates` [k] shaped [k, 1, ...] to scale `like` [k, ...], in its dtype (a float64 rate
+// must not promote float32 parameters).
+at::Tensor per_row(const at::Tensor& rates, const at::Tensor& like) {
+  std::vector<int64_t> shape(like.dim(), 1);
+  shape[0] = rates.size(0);
+  return rates.view(shape).to(like.scalar_type());
+}
+
+// Nothing differentiates through the steps: the leaves move in place, one fused kernel a tensor
+// and no new buffers (p - s * g rounds the same as p + (-1 * s) * g).
+void sgd_in_place(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads, const at::Tensor& rates) {
+  at::NoGradGuard no_grad;
+  // The rates shaped once per parameter rank and type (a model's weights share one, its biases another).
+  std::map<std::pair<int64_t, at::ScalarType>, at::Tensor> shaped;
+  for (size_t j = 0; j < params.size(); ++j) {
+    at::Tensor& r = shaped[{params[j].dim(), params[j].scalar_type()}];
+    if (!r.defined()) r = per_row(rates, params[j]);
+    params[j].addcmul_(r, grads[j], -1);
+  }
+}
+
+// The gradients of a step's summed per-client objectives: clients are independent, so the
+// gradient of the sum holds each client's own gradient.
+std::vector<at::Tensor> client_gradients(const at::Tensor& per_client, const std::vector<at::Tensor>& inputs,
+                                         bool create_graph) {
+  return torch::autograd::grad({per_client.sum()}, inputs, {}, create_graph, create_graph);
+}
+
+// local_sgd with the input layer in factored form (LocalSgdOptions::factor_input_layer): blocks of
+// steps; in a block, z_s = (x_s W) + b_s - sum_{t<s in block} (x_s x_t^T) u_t with x = f(input),
+// and at its end W -= X^T U. The other leaves (f's too) step through autograd as usual, from z.
+LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, const ClientBatches& batches,
+                                  const TensorTree& start, const at::Tensor& step_size, bool defer) {
+  const int64_t k = batches.clients(), b = batches.batch_size();
+  at::Tensor w = start.at(layer.weight).detach();  // [k, d, h]
+  at::Tensor bias = start.at(layer.bias).detach().clone();
+  FAX_CHECK(w.dim() == 3 && bias.dim() == 2, "{}: the input layer {} needs a clients axis", model.describe(),
+            layer.weight);
+  const int64_t d = w.size(1), h = w.size(2);
+  // A block's Gram matrix costs about (its rows) / (2 h) of the products it saves.
+  const int64_t block = std::max<int64_t>(1, h / (2 * b));
+  TensorTree rest;
+  for (const auto& [name, t] : start)
+    if (name != layer.weight && name != layer.bias) rest.set(name, t.detach().clone().requires_grad_(true));
+  std::vector<at::Tensor> inputs = rest.tensors();
+  StepTracker tracker(batches, step_size);
+  std::optional<InputLayerFactors> factors;
+  // f W for rows f [k, n, d]; clients that start from one broadcast W (a stride-0 clients axis)
+  // share one product.
+  const auto times_w = [&](const at::Tensor& f) {
+    return w.stride(0) == 0 ? batched_matmul(f.reshape({-1, d}), w[0]).view({k, f.size(1), h}) : batched_matmul(f, w);
+  };
+  for (int64_t first = 0; first < batches.steps(); first += block) {
+    check_interrupt();
+    const int64_t count = std::min(block, batches.steps() - first);
+    const Batch rows = batches.batches(first, count);
+    // The block's features f(x): known up front when f only flattens (then so are their products
+    // with W and their Gram matrix), else filled in step by step.
+    const at::Tensor x = layer.learned_features ? at::empty({k, count * b, d}, w.options())
+                                                : model.input_features(rest, rows.x);
+    const at::Tensor xw = layer.learned_features ? at::Tensor() : times_w(x);
+    const at::Tensor gram =
+        layer.learned_features || count == 1 ? at::Tensor() : batched_matmul(x, x.transpose(1, 2));
+    const at::Tensor u = at::empty({k, count * b, h}, w.options());
+    for (int64_t j = 0; j < count; ++j) {
+      const auto step_rows = [&](const at::Tensor& t) { return t.narrow(1, j * b, b); };
+      const auto earlier = [&](const at::Tensor& t) { return t.narrow(1, 0, j * b); };
+      at::Tensor z;
+      if (!layer.learned_features) {
+        z = step_rows(xw) + bias.unsqueeze(1);
+        if (j > 0) z.sub_(batched_matmul(step_rows(gram).narrow(2, 0, j * b), earlier(u)));
+        z.requires_grad_(true);
+      } else {
+        // f(x_s) depends on this step's parameters: its product and Gram rows join the graph.
+        const at::Tensor f = model.input_features(rest, step_rows(rows.x));
+        step_rows(x).copy_(f.detach());
+        z = times_w(f) + bias.unsqueeze(1);
+        if (j > 0) z = z - batched_matmul(batched_matmul(f, earlier(x).transpose(1, 2)), earlier(u));
+      }
+      const Step step = tracker.step(first + j, model.forward_from_input_layer(rest, z),
+                                     {step_rows(rows.x), step_rows(rows.y), step_rows(rows.mask)});
+      inputs.push_back(z);
+      const auto grads = client_gradients(step.objective, inputs, false);
+      inputs.pop_back();
+      at::NoGradGuard no_grad;
+      at::Tensor u_step = step_rows(u);
+      at::mul_out(u_step, grads.back(), per_row(step.rates, grads.back()));
+      bias.sub_(u_step.sum(1));
+      sgd_in_place(inputs, grads, step.rates);
+    }
+    if (defer && count == batches.steps()) {
+      factors = InputLayerFactors{layer.weight, x, u};
+      break;
+    }
+    at::NoGradGuard no_grad;
+    w = batched_matmul(x.transpose(1, 2), u, -1.0, w);
+  }
+  TensorTree params;  // in start's order
+  for (const auto& [name, t] : start) {
+    if (name == layer.weight) {
+      if (!factors) params.set(name, w);
+    } else {
+      params.set(name, name == layer.bias ? bias : rest.at(name).detach());
+    }
+  }
+  return {params, tracker.mean(), factors};
+}
+}  // namespace
+
+LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const TensorTree& start,
+                         const at::Tensor& lr, const LocalSgdOptions& options) {
+  const int64_t k = batches.clients();
+  const at::Tensor step_size = lr.dim() == 0 ? lr : lr.view({k});
+  const std::optional<InputLayer> layer = model.input_layer();
+  if (options.factor_input_layer && !options.create_graph && !options.penalty && layer)
+    return factored_local_sgd(model, *layer, batches, start, step_size, options.defer_input_layer);
+  // Without create_graph the steps update a copy of `start` in place; with it they stay connected
+  // to `start` (and to the rate), and a start that carries no graph gets fresh leaves to differentiate.
+  TensorTree params = start.map([&](const at::Tensor& t) {
+    if (!options.create_graph) return t.detach().clone().requires_grad_(true);
+    return t.requires_grad() ? t : t.detach().requires_grad_(true);
+  });
+  StepTracker tracker(batches, step_size);
+  for (int64_t s = 0; s < batches.steps(); ++s) {
+    check_interrupt();
+    const Batch batch = batches.batch(s);
+    const Step step = tracker.step(s, model.forward(params, batch.x), batch);
+    const at::Tensor objective = options.penalty ? step.objective + options.penalty(params) : step.objective;
+    const auto grads = client_gradients(objective, params.tensors(), options.create_graph);
+    if (!options.create_graph) {
+      sgd_in_place(params.tensors(), grads, step.rates);
+      continue;
+    }
+    std::vector<at::Tensor> next;
+    size_t j = 0;
+    for (const auto& [name, p] : params) next.push_back(p - per_row(step.rates, p) * grads[j++]);
+    params = params.with_tensors(std::move(next));
+  }
+  return {options.create_graph ? params : detach(params), tracker.mean(), std::nullopt};
+}
+
+}  // namespace fax

@@ -1,5 +1,0 @@
-#include <fax/version.h>
-
-namespace fax {
-const char* version() { return FAX_VERSION; }
-}  // namespace fax

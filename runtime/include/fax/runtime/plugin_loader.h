@@ -1,0 +1,56 @@
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fax/base/config.h>
+#include <fax/base/registry.h>
+#include <fax/train/algorithm.h>
+#include <fax/train/plugin.h>
+
+namespace fax {
+
+/// An algorithm made by a plugin, deleted by the plugin's own code.
+using AlgorithmInstance = std::unique_ptr<Algorithm, std::function<void(Algorithm*)>>;
+
+/// A loaded, version-checked plugin: a registry entry like a model's or a data set's (keys
+/// relative to "algorithm."), and where it came from. The library stays loaded for the life of the
+/// process. create() makes a new algorithm; every call into it is guarded: an exception it throws
+/// (of any type) leaves as a fax::Error naming this plugin and the call; fax's own errors pass
+/// unchanged.
+struct Plugin : RegistryEntry<AlgorithmInstance> {
+  using Instance = AlgorithmInstance;
+  std::string path;
+  std::string fax_version;
+  std::string torch_version;
+  const FaxPluginInfo* info = nullptr;
+};
+
+/// Finds plugins as fax_<name>.so in, in order: `--plugin-dir` directories, FAX_PLUGIN_PATH
+/// (colon-separated), and <prefix>/lib/fax/plugins next to the running executable (the install
+/// prefix, or the build tree, which has the same layout).
+class PluginLoader {
+ public:
+  explicit PluginLoader(std::vector<std::string> plugin_dirs = {});
+
+  const std::vector<std::string>& search_path() const { return search_path_; }
+
+  /// Loads the plugin `name` (searched on the path) or the library at `name` when it contains a
+  /// '/'. Throws fax::Error naming the search path when it is not found, and refuses a plugin built
+  /// for another plugin ABI, fax version, LibTorch version or C++ ABI with both sides named.
+  std::shared_ptr<const Plugin> load(const std::string& name) const;
+
+  /// The path of every fax_*.so on the search path (the first of each name), without loading any:
+  /// loading runs a library's code, which fax-run plugins does in a child process per plugin.
+  std::vector<std::string> candidates() const;
+
+ private:
+  std::vector<std::string> search_path_;
+};
+
+/// Loads and checks the library at `path` (no search).
+std::shared_ptr<const Plugin> load_plugin_file(const std::string& path);
+
+}  // namespace fax

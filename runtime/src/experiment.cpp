@@ -1,0 +1,308 @@
+#include <fax/runtime/experiment.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <torch/version.h>
+
+#include <fax/base/error.h>
+#include <fax/base/interrupt.h>
+#include <fax/base/rng.h>
+#include <fax/base/version.h>
+#include <fax/spmd/primitives.h>
+
+namespace fax {
+namespace {
+
+constexpr int64_t kEvalBatch = 1024;
+
+bool due(int64_t every, int64_t completed, int64_t rounds) {
+  return completed == rounds || (every > 0 && completed % every == 0);
+}
+
+std::string host_name() {
+  char buffer[256] = {0};
+  return gethostname(buffer, sizeof(buffer) - 1) == 0 ? buffer : "unknown";
+}
+
+}  // namespace
+
+Schema experiment_schema() {
+  Schema s;
+  s.add(int_key("seed", "0", "seed of every random stream (cohorts, client shuffles, data, init)", 0));
+  s.add(int_key("rounds", "100", "federated rounds to run", 1));
+  s.add(int_key("cohort.size", "10", "clients sampled per round (uniformly, without replacement)", 1));
+  s.add(string_key("data.name", "synthetic", "the federated data set"));
+  s.add(string_key("model.name", "softmax_regression", "the model"));
+  s.add(string_key("algorithm.name", "fedavg", "the algorithm plugin (fax_<name>.so), or a path to one"));
+  s.add(int_key("execution.executors", "0",
+                "executor threads; 0: as many as the machine's cores allow, at most logical_shards", 0));
+  s.add(int_key("execution.logical_shards", "4",
+                "logical shards of the cohort (at most cohort.size); results depend on this, never on executors", 1));
+  s.add(int_key("execution.threads", "1", "LibTorch intra-op threads per executor (part of the reproducibility key)", 1));
+  s.add(int_key("execution.vectorize", "0", "clients per batched map_clients chunk; 0: a whole logical shard", 0));
+  s.add(string_key("execution.nonfinite", "stop",
+                   "a client update with NaN or Inf: stop the run naming round and client, or drop the client",
+                   {"stop", "drop"}));
+  s.add(bool_key("execution.factor_input_layer", "true",
+                 "local SGD steps the first dense layer of mlp, softmax_regression and cnn in factored form: large "
+                 "shared matrix products instead of small per-client ones and no per-client weight updates (same "
+                 "maths, other rounding); false: plain autograd steps"));
+  s.add(int_key("logging.eval_every", "10", "evaluate on the test split every K rounds (and after the last); 0: last only", 0));
+  s.add(int_key("logging.progress_every", "10", "when stdout is not a terminal, print a progress line every K rounds", 1));
+  s.add(bool_key("logging.per_client", "false", "log per-client metrics (round x cohort) under /clients"));
+  s.add(int_key("logging.checkpoint_every", "10",
+                "checkpoint the whole state every K rounds and after the last (fax-run resume starts there); 0: last only", 0));
+  return s;
+}
+
+MeshOptions mesh_options(const Config& config) {
+  MeshOptions o;
+  o.threads_per_executor = static_cast<int>(config.get_int("execution.threads"));
+  o.vectorize = config.get_int("execution.vectorize");
+  o.logical_shards = config.get_int("execution.logical_shards");
+  o.executors = static_cast<int>(config.get_int("execution.executors"));
+  if (o.executors == 0) {
+    const int cores = std::max(1u, std::thread::hardware_concurrency());
+    o.executors = static_cast<int>(std::min<int64_t>(std::max(1, cores / o.threads_per_executor), o.logical_shards));
+  }
+  FAX_CHECK(o.logical_shards <= config.get_int("cohort.size"),
+            "{}: execution.logical_shards ({}) exceeds cohort.size ({}): every logical shard needs a client",
+            config.origin("execution.logical_shards").str(), o.logical_shards, config.get_int("cohort.size"));
+  FAX_CHECK(o.executors <= o.logical_shards,
+            "{}: execution.executors ({}) exceeds execution.logical_shards ({}): every executor needs a logical shard",
+            config.origin("execution.executors").str(), o.executors, o.logical_shards);
+  return o;
+}
+
+Cohort sample_cohort(const FederatedDataset& data, int64_t size, uint64_t seed, int64_t round) {
+  const int64_t population = data.num_clients();
+  FAX_CHECK(size <= population, "cohort.size ({}) is larger than the population of {} ({} clients)", size,
+            data.describe(), population);
+  const at::Tensor picked = at::randperm(population, server_generator(seed, round), at::kLong).narrow(0, 0, size);
+  std::vector<int64_t> ids(picked.data_ptr<int64_t>(), picked.data_ptr<int64_t>() + size);
+  std::vector<double> weights;
+  weights.reserve(size);
+  for (int64_t id : ids) weights.push_back(static_cast<double>(data.num_examples(id)));
+  return Cohort(std::move(ids), std::move(weights));
+}
+
+Experiment::Experiment(const Config& config, Algorithm& algorithm, const Model& model, const FederatedDataset& data,
+                       Coordinator* remote)
+    : config_(config),
+      algorithm_(algorithm),
+      model_(model),
+      data_(data),
+      remote_(remote),
+      mesh_options_(fax::mesh_options(config)) {
+  // Checked before any round (and before a run log is written).
+  FAX_CHECK(config.get_int("cohort.size") <= data.num_clients(),
+            "{}: cohort.size ({}) is larger than the population of {}", config.origin("cohort.size").str(),
+            config.get_int("cohort.size"), data.describe());
+  if (remote_ != nullptr) {
+    mesh_options_.executors = static_cast<int>(std::clamp<int64_t>(remote_->ready_workers(), 1, mesh_options_.logical_shards));
+  }
+}
+
+StringPairs Experiment::environment() const {
+  const MeshOptions& o = mesh_options_;
+  StringPairs env{{"fax_version", FAX_VERSION},
+          {"torch_version", TORCH_VERSION},
+          {"host", host_name()},
+          {"seed", std::to_string(config_.get_int("seed"))},
+          {"executors", std::to_string(o.executors)},
+          {"logical_shards", std::to_string(o.logical_shards)},
+          {"threads_per_executor", std::to_string(o.threads_per_executor)},
+          {"vectorize", std::to_string(o.vectorize)},
+          {"hardware_threads", std::to_string(std::thread::hardware_concurrency())},
+          {"data", data_.describe()},
+          {"model", model_.describe()}};
+  if (remote_ != nullptr) env.emplace_back("remote", fmt::format("coordinator at {}", remote_->address()));
+  return env;
+}
+
+Metrics Experiment::evaluate(const TensorTree& params) {
+  const Examples& test = data_.test();
+  FAX_CHECK(test.size() > 0, "{} has no test examples to evaluate on", data_.describe());
+  // The test split is cut into one pseudo-client per logical shard, so evaluation is spread over
+  // the executors and, like training, independent of their number.
+  const int64_t parts = std::min<int64_t>(mesh_options_.logical_shards, test.size());
+  const at::Tensor totals =
+      run_task(TaskKind::evaluate, {}, Cohort::range(parts), parts, params).at("totals");
+  const double n = totals[2].item<double>();
+  return {{"eval/loss", totals[0].item<double>() / n}, {"eval/accuracy", totals[1].item<double>() / n}};
+}
+
+Server<TensorTree> Experiment::program(Program& p, TaskKind kind, const TensorTree& input) {
+  if (kind == TaskKind::evaluate) {
+    const Examples& test = data_.test();
+    const int64_t parts = p.cohort_size();
+    const auto sums = map_clients(MapOptions{1}, [&](const ClientChunk& c) {
+      at::NoGradGuard no_grad;
+      const int64_t part = c.client_id(0);
+      const int64_t begin = test.size() * part / parts;
+      const int64_t end = test.size() * (part + 1) / parts;
+      at::Tensor acc = at::zeros({3}, at::kDouble);
+      for (int64_t b = begin; b < end; b += kEvalBatch) {
+        check_interrupt();
+        const int64_t n = std::min(kEvalBatch, end - b);
+        const at::Tensor logits = model_.forward(input, test.x.narrow(0, b, n));
+        const at::Tensor y = test.y.narrow(0, b, n);
+        acc[0] += per_example(cross_entropy(logits, y), 1).sum().to(at::kDouble);
+        acc[1] += per_example(correct(logits, y), 1).sum().to(at::kDouble);
+        acc[2] += static_cast<double>(n);
+      }
+      return acc.unsqueeze(0);
+    });
+    return Server<TensorTree>(TensorTree{{"totals", sum(sums).value()}});
+  }
+  // Each executor works on its own copy: the algorithm's updates never touch shared tensors.
+  ServerState state{clone(unprefixed(input, "params/")), clone(unprefixed(input, "extra/"))};
+  const NonFinite nonfinite = config_.get_string("execution.nonfinite") == "drop" ? NonFinite::drop : NonFinite::stop;
+  RoundContext ctx{p, model_, data_, p.round(), client_states_, nonfinite,
+                   config_.get_bool("execution.factor_input_layer")};
+  RoundMetrics metrics = algorithm_.round(state, ctx);
+  // Everything the coordinator needs travels as one server value.
+  TensorTree out = join({prefixed(state.params, "params/"), prefixed(state.extra, "extra/"),
+                         prefixed(metrics.server, "metrics/")});
+  if (config_.get_bool("logging.per_client")) {
+    for (const auto& [name, values] : metrics.clients) out.set("clients/" + name, collect(values).value());
+  }
+  return Server<TensorTree>(std::move(out));
+}
+
+namespace {
+constexpr const char* kClientStates = "client_states/";
+
+TensorTree without_prefix(const TensorTree& tree, const std::string& prefix) {
+  TensorTree out;
+  for (const auto& [name, t] : tree)
+    if (name.rfind(prefix, 0) != 0) out.set(name, t);
+  return out;
+}
+}  // namespace
+
+TensorTree Experiment::run_task(TaskKind kind, RoundInfo info, const Cohort& cohort, int64_t logical_shards,
+                                const TensorTree& input) {
+  if (remote_ == nullptr) {
+    if (!mesh_) mesh_ = std::make_unique<Mesh>(mesh_options_);
+    return mesh_->run(cohort, [&](Program& p) { return program(p, kind, input); }, info).value();
+  }
+  // Client states live here; each worker gets its clients' states and returns them updated.
+  const auto replies = remote_->run(kind, info, cohort, logical_shards, [&](int e, const ShardLayout& layout) {
+    const Range mine = layout.executor_clients(e);
+    const std::vector<int64_t> ids(cohort.ids().begin() + mine.begin, cohort.ids().begin() + mine.end);
+    return join({input, prefixed(client_states_.subset(ids), kClientStates)});
+  });
+  for (const auto& reply : replies) client_states_.merge(unprefixed(reply, kClientStates));
+  return without_prefix(replies.front(), kClientStates);
+}
+
+ServerState Experiment::init() {
+  return algorithm_.init(config_, model_, model_.init(server_generator(static_cast<uint64_t>(config_.get_int("seed")), -1)));
+}
+
+TensorTree Experiment::serve(Program& p, TaskKind kind, const TensorTree& input) {
+  client_states_.restore(unprefixed(input, kClientStates));
+  const TensorTree out = detach(program(p, kind, without_prefix(input, kClientStates)).value());
+  // Every executor holds the same server value; one copy is enough.
+  return join({p.executor() == 0 ? out : TensorTree{}, prefixed(client_states_.stacked(), kClientStates)});
+}
+
+TensorTree checkpoint_tree(const ServerState& state, const ClientStates& clients) {
+  return join({prefixed(state.params, "params/"), prefixed(state.extra, "extra/"),
+               prefixed(clients.stacked(), "client_states/")});
+}
+
+ResumePoint resume_point(int64_t round, const TensorTree& checkpoint) {
+  return {round, {unprefixed(checkpoint, "params/"), unprefixed(checkpoint, "extra/")},
+          unprefixed(checkpoint, "client_states/")};
+}
+
+RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumePoint* resume,
+                          const std::function<bool()>& stop) {
+  const uint64_t seed = static_cast<uint64_t>(config_.get_int("seed"));
+  const int64_t rounds = config_.get_int("rounds");
+  const int64_t cohort_size = config_.get_int("cohort.size");
+  const int64_t eval_every = config_.get_int("logging.eval_every");
+  const int64_t checkpoint_every = config_.get_int("logging.checkpoint_every");
+  const bool per_client = config_.get_bool("logging.per_client");
+
+  RunResult result;
+  // init reads the algorithm's settings even when the state then comes from a checkpoint.
+  result.state = init();
+  const int64_t first = resume != nullptr ? resume->round : 0;
+  if (resume != nullptr) {
+    result.state = resume->state;
+    client_states_.restore(resume->client_states);
+  }
+  result.rounds_done = first;
+  const auto start = std::chrono::steady_clock::now();
+  int64_t checkpointed = first;
+  for (int64_t r = first; r < rounds; ++r) {
+    const auto round_start = std::chrono::steady_clock::now();
+    // A round interrupted mid-way (SIGTERM) is abandoned: the run keeps the state before it.
+    const ServerState before = result.state;
+    const ClientStates::Saved states_before = client_states_.save();
+    const Cohort cohort = sample_cohort(data_, cohort_size, seed, r);
+    TensorTree packed;
+    Metrics metrics;
+    try {
+      packed = run_task(TaskKind::round, {seed, r}, cohort, mesh_options_.logical_shards,
+                        join({prefixed(result.state.params, "params/"), prefixed(result.state.extra, "extra/")}));
+      result.state = {unprefixed(packed, "params/"), unprefixed(packed, "extra/")};
+      for (const auto& [name, t] : unprefixed(packed, "metrics/")) {
+        FAX_CHECK(t.numel() == 1, "round {}: metric '{}' has {} values; a server metric is one number", r + 1, name,
+                  t.numel());
+        metrics.emplace_back(name, t.item<double>());
+      }
+      metrics.emplace_back("time/round_s",
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - round_start).count());
+      if (due(eval_every, r + 1, rounds)) {
+        for (auto& m : evaluate(algorithm_.eval_params(result.state))) metrics.push_back(m);
+      }
+    } catch (const Interrupted&) {
+      result.state = before;
+      client_states_.roll_back(states_before);
+      if (log != nullptr && r > checkpointed) log->checkpoint(r, checkpoint_tree(result.state, client_states_));
+      if (log != nullptr && r > checkpointed) log->commit();
+      result.stopped = true;
+      break;
+    }
+    const int64_t completed = r + 1;
+    result.rounds_done = completed;
+    const bool stopping = stop && stop() && completed < rounds;
+    if (log != nullptr) {
+      if (per_client) {
+        std::vector<std::pair<std::string, at::Tensor>> values;
+        for (const auto& [name, t] : unprefixed(packed, "clients/")) values.emplace_back(name, t);
+        log->append_clients(at::tensor(cohort.ids(), at::kLong), values);
+      }
+      // The checkpoint file is written first and linked by the append that commits the round: a
+      // crash in between leaves a file no log links to, which a resume discards.
+      if (stopping || due(checkpoint_every, completed, rounds)) {
+        log->checkpoint(completed, checkpoint_tree(result.state, client_states_));
+        checkpointed = completed;
+      }
+      log->append(completed, metrics);
+    }
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    result.last = metrics;
+    result.seconds = elapsed;
+    if (progress) {
+      const int64_t done_here = completed - first;
+      progress({completed, rounds, elapsed, elapsed / done_here * (rounds - completed),
+                static_cast<double>(cohort_size * done_here) / std::max(elapsed, 1e-9), metrics});
+    }
+    if (stopping) {
+      result.stopped = true;
+      break;
+    }
+  }
+  return result;
+}
+
+}  // namespace fax

@@ -1,0 +1,246 @@
+#include <fax/runtime/plugin_loader.h>
+
+#include <dlfcn.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <sstream>
+
+#include <fax/base/error.h>
+#include <fax/train/plugin.h>
+
+namespace fax {
+namespace fs = std::filesystem;
+
+namespace {
+
+KeyType parse_key_type(const std::string& type, const std::string& key, const std::string& path) {
+  for (KeyType t : {KeyType::Int, KeyType::Float, KeyType::Bool, KeyType::String})
+    if (type == to_string(t)) return t;
+  throw Error(fmt::format("plugin {}: key '{}' has unknown type '{}'", path, key, type));
+}
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, sep))
+    if (!part.empty()) out.push_back(part);
+  return out;
+}
+
+std::string major_minor(const std::string& version) { return version.substr(0, version.rfind('.')); }
+
+fs::path executable_dir() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::path() : exe.parent_path();
+}
+
+// Libraries are never unloaded: algorithm objects and their code must outlive every run.
+std::mutex loaded_mutex;
+std::vector<void*> loaded_handles;
+
+// The plugin's algorithm behind a wall: whatever a call throws leaves as a fax::Error naming the
+// plugin and the call (fax's own errors, which already say what went wrong, pass unchanged), so a
+// plugin that throws an int or a std::bad_alloc neither terminates fax nor passes for fax's own
+// internal error.
+class GuardedAlgorithm final : public Algorithm {
+ public:
+  GuardedAlgorithm(Algorithm* inner, const FaxPluginInfo* info, std::string who)
+      : inner_(inner), info_(info), who_(std::move(who)) {}
+  ~GuardedAlgorithm() override {
+    try {
+      info_->destroy(inner_);
+    } catch (...) {
+      warn(fmt::format("{}: its algorithm threw while being destroyed", who_));
+    }
+  }
+
+  ServerState init(const Config& config, const Model& model, TensorTree initial_params) override {
+    return guarded("init", [&] { return inner_->init(config, model, std::move(initial_params)); });
+  }
+  RoundMetrics round(ServerState& state, RoundContext& ctx) const override {
+    return guarded("round", [&] { return inner_->round(state, ctx); });
+  }
+  TensorTree eval_params(const ServerState& state) const override {
+    return guarded("eval_params", [&] { return inner_->eval_params(state); });
+  }
+
+ private:
+  template <class F>
+  auto guarded(const char* call, F&& f) const -> decltype(f()) {
+    try {
+      return f();
+    } catch (const Error&) {
+      throw;
+    } catch (const InternalError&) {
+      throw;
+    } catch (...) {
+      // Running out of memory is the run's size, not the plugin's fault: it leaves as it came.
+      if (detail::is_out_of_memory(std::current_exception())) throw;
+      throw Error(fmt::format("{} failed in {}(): {}", who_, call, detail::describe(std::current_exception())));
+    }
+  }
+
+  Algorithm* inner_;
+  const FaxPluginInfo* info_;
+  std::string who_;
+};
+
+// "algorithm plugin 'fedavg' (/path/fax_fedavg.so)": how errors name a plugin.
+std::string describe_plugin(const std::string& name, const std::string& path) {
+  return fmt::format("algorithm plugin '{}' ({})", name, path);
+}
+
+// A new algorithm of the plugin `info`, guarded (GuardedAlgorithm).
+AlgorithmInstance create_guarded(const FaxPluginInfo* info, const std::string& who) {
+  void* created = nullptr;
+  try {
+    created = info->create();
+  } catch (...) {
+    throw Error(fmt::format("{} failed to create its algorithm: {}", who, detail::describe(std::current_exception())));
+  }
+  FAX_CHECK(created != nullptr, "{} failed to create its algorithm", who);
+  return AlgorithmInstance(new GuardedAlgorithm(static_cast<Algorithm*>(created), info, who),
+                           [](Algorithm* a) { delete a; });
+}
+
+// While a library's own code runs for the first time (its constructors in dlopen, its entry
+// point), a crash names the library instead of killing fax-run anonymously. The message is built
+// before, so the handler only writes it (async-signal-safe) and exits.
+class CrashNamesPlugin {
+ public:
+  explicit CrashNamesPlugin(const std::string& path) {
+    const std::string text = fmt::format("fax-run: plugin {}: crashed while loading (signal ", path);
+    std::snprintf(message_, sizeof message_, "%s", text.c_str());
+    struct sigaction action {};
+    action.sa_handler = &CrashNamesPlugin::on_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESETHAND;
+    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &action, &previous_[i]);
+  }
+  ~CrashNamesPlugin() {
+    for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &previous_[i], nullptr);
+  }
+  CrashNamesPlugin(const CrashNamesPlugin&) = delete;
+  CrashNamesPlugin& operator=(const CrashNamesPlugin&) = delete;
+
+ private:
+  static constexpr std::array<int, 5> kSignals{SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+  static void on_signal(int signal) {
+    char number[8];
+    int n = 0;
+    for (int v = signal; v > 0 && n < 7; v /= 10) number[n++] = static_cast<char>('0' + v % 10);
+    (void)!::write(STDERR_FILENO, message_, std::strlen(message_));
+    while (n > 0) (void)!::write(STDERR_FILENO, &number[--n], 1);
+    (void)!::write(STDERR_FILENO, ")\n", 2);
+    _exit(2);
+  }
+  static char message_[4096];
+  std::array<struct sigaction, kSignals.size()> previous_{};
+};
+
+char CrashNamesPlugin::message_[4096];
+
+}  // namespace
+
+std::shared_ptr<const Plugin> load_plugin_file(const std::string& path) {
+  FAX_CHECK(fs::exists(path), "plugin {}: no such file", path);
+  const CrashNamesPlugin crash_names_plugin(path);
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  FAX_CHECK(handle != nullptr, "plugin {}: cannot load: {}", path, dlerror());
+  {
+    std::lock_guard<std::mutex> lock(loaded_mutex);
+    loaded_handles.push_back(handle);
+  }
+  auto entry = reinterpret_cast<FaxPluginEntry>(dlsym(handle, FAX_PLUGIN_ENTRY_POINT));
+  FAX_CHECK(entry != nullptr, "plugin {}: no entry point '{}' (is FAX_PLUGIN(Type) missing?)", path,
+            FAX_PLUGIN_ENTRY_POINT);
+  const FaxPluginInfo* info = nullptr;
+  try {
+    info = entry();
+  } catch (...) {
+    throw Error(fmt::format("plugin {}: its entry point threw: {}", path, detail::describe(std::current_exception())));
+  }
+  FAX_CHECK(info != nullptr, "plugin {}: its entry point returned nothing", path);
+  FAX_CHECK(info->abi_version == FAX_PLUGIN_ABI_VERSION,
+            "plugin {} was built for plugin ABI version {}, but this fax ({}) loads plugin ABI version {}: "
+            "rebuild the plugin against fax {}",
+            path, info->abi_version, FAX_VERSION, FAX_PLUGIN_ABI_VERSION, FAX_VERSION);
+  FAX_CHECK(major_minor(info->fax_version) == major_minor(FAX_VERSION),
+            "plugin {} was built against fax {}, but this is fax {}: rebuild the plugin", path, info->fax_version,
+            FAX_VERSION);
+  FAX_CHECK(std::string(info->torch_version) == TORCH_VERSION,
+            "plugin {} was built against LibTorch {}, but fax runs on LibTorch {}: rebuild the plugin", path,
+            info->torch_version, TORCH_VERSION);
+  FAX_CHECK(info->cxx11_abi == _GLIBCXX_USE_CXX11_ABI,
+            "plugin {} was built with _GLIBCXX_USE_CXX11_ABI={}, but fax uses {}: rebuild the plugin", path,
+            info->cxx11_abi, _GLIBCXX_USE_CXX11_ABI);
+
+  auto plugin = std::make_shared<Plugin>();
+  plugin->path = path;
+  plugin->name = info->name;
+  plugin->description = info->description;
+  plugin->fax_version = info->fax_version;
+  plugin->torch_version = info->torch_version;
+  plugin->info = info;
+  plugin->create = [info, who = describe_plugin(plugin->name, path)] { return create_guarded(info, who); };
+  for (size_t i = 0; i < info->num_keys; ++i) {
+    const FaxPluginKey& k = info->keys[i];
+    plugin->keys.push_back({k.name, parse_key_type(k.type, k.name, path), k.default_value, k.doc, k.min, k.max,
+                            k.min_exclusive != 0, split(k.choices, ',')});
+  }
+  return plugin;
+}
+
+PluginLoader::PluginLoader(std::vector<std::string> plugin_dirs) : search_path_(std::move(plugin_dirs)) {
+  if (const char* env = std::getenv("FAX_PLUGIN_PATH")) {
+    for (const auto& dir : split(env, ':')) search_path_.push_back(dir);
+  }
+  const fs::path exe = executable_dir();
+  if (!exe.empty()) search_path_.push_back((exe.parent_path() / "lib" / "fax" / "plugins").string());
+}
+
+std::shared_ptr<const Plugin> PluginLoader::load(const std::string& name) const {
+  if (name.find('/') != std::string::npos) return load_plugin_file(name);
+  const std::string file = "fax_" + name + ".so";
+  for (const auto& dir : search_path_) {
+    const fs::path candidate = fs::path(dir) / file;
+    if (fs::exists(candidate)) return load_plugin_file(candidate.string());
+  }
+  // The names of the files only: loading every plugin to list them would run their code.
+  std::vector<std::string> available;
+  for (const auto& path : candidates()) available.push_back(fs::path(path).stem().string().substr(4));
+  throw Error(fmt::format("algorithm plugin '{}' not found: no {} in {} (available: {})", name, file,
+                          fmt::join(search_path_, ", "), available.empty() ? "none" : fmt::to_string(fmt::join(available, ", "))));
+}
+
+std::vector<std::string> PluginLoader::candidates() const {
+  std::vector<std::string> out;
+  std::vector<std::string> seen;
+  for (const auto& dir : search_path_) {
+    std::error_code ec;
+    std::vector<fs::path> files;
+    for (const auto& item : fs::directory_iterator(dir, ec)) {
+      const std::string filename = item.path().filename().string();
+      if (filename.rfind("fax_", 0) == 0 && item.path().extension() == ".so") files.push_back(item.path());
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto& path : files) {
+      const std::string stem = path.stem().string();
+      if (std::find(seen.begin(), seen.end(), stem) != seen.end()) continue;
+      seen.push_back(stem);
+      out.push_back(path.string());
+    }
+  }
+  return out;
+}
+
+}  // namespace fax
