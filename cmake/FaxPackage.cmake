@@ -8,9 +8,10 @@ install(TARGETS fax_core fax_io fax_runtime fax_tools fax_datasets EXPORT faxTar
   LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}"
   ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}"
   RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
-install(DIRECTORY core/include/ io/include/ runtime/include/ tools/include/ datasets/include/
-  "${PROJECT_BINARY_DIR}/core/include/"
-  DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
+foreach(layer core io runtime tools datasets)
+  install(DIRECTORY ${layer}/include/ DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/fax-${layer}")
+endforeach()
+install(DIRECTORY "${PROJECT_BINARY_DIR}/core/include/" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/fax-core")
 install(EXPORT faxTargets NAMESPACE fax:: DESTINATION "${FAX_CMAKE_INSTALL_DIR}")
 
 configure_package_config_file(cmake/faxConfig.cmake.in "${PROJECT_BINARY_DIR}/faxConfig.cmake"

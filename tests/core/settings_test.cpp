@@ -103,6 +103,24 @@ TEST(Settings, TheTableValidatesWhatUsersWrite) {
             "test: algorithm.kind: 'shards' is not one of: iid, dirichlet");
 }
 
+struct Seeded {
+  uint64_t seed = 0;
+  uint64_t huge = ~uint64_t{0};
+};
+
+TEST(Settings, TablesRefuseTheirOwnMistakes) {
+  // A key bound twice, directly or through an included part.
+  EXPECT_THROW(Settings<Part>().add("clients", &Part::clients, "a").add("clients", &Part::clients, "b"), InternalError);
+  EXPECT_THROW(Settings<Options>().add("kind", &Options::optimizer, "a").include(&Options::part, part_settings()),
+               InternalError);
+  // An unsigned setting: its lower bound is at least 0, an exclusive 0 stays exclusive, and a
+  // default beyond what a Config holds (int64) is refused.
+  const auto keys = Settings<Seeded>().add("seed", &Seeded::seed, "s", above(0)).keys();
+  EXPECT_EQ(describe_constraints(keys[0]), "> 0");
+  EXPECT_EQ(describe_constraints(Settings<Seeded>().add("seed", &Seeded::seed, "s", above(-1)).keys()[0]), ">= 0");
+  EXPECT_THROW(Settings<Seeded>().add("huge", &Seeded::huge, "h"), InternalError);
+}
+
 struct WithSettings {
   static const Settings<Part>& settings() {
     static const Settings<Part> table = part_settings();

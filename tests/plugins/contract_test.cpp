@@ -80,6 +80,7 @@ TEST(PluginContracts, FindPlugins) { EXPECT_GE(plugins_found().size(), 8u) << FA
 
 TEST_P(PluginContract, KeysAreDocumentedAndTheirDefaultsValid) {
   EXPECT_FALSE(plugin->description.empty());
+  EXPECT_FALSE(plugin->keys.empty());
   EXPECT_EQ(fs::path(GetParam()).stem().string(), "fax_" + plugin->name);
   for (const auto& key : plugin->keys) {
     EXPECT_FALSE(key.doc.empty()) << key.name;
@@ -95,6 +96,13 @@ TEST_P(PluginContract, RoundsHaveTheSameBitsOnOneAndTwoExecutors) {
   const RunResult one = run(1, 2);
   const RunResult two = run(2, 2);
   EXPECT_EQ(one.rounds_done, 2);
+  // The rounds trained: the parameters moved from where init() put them.
+  const Config c = config(1, 2);
+  auto algorithm = plugin->create();
+  const ServerState initial = Experiment(c, *algorithm, model, *data).init();
+  bool moved = false;
+  for (const auto& [name, t] : one.state.params) moved = moved || !at::equal(t, initial.params.at(name));
+  EXPECT_TRUE(moved);
   expect_same_bits(one.state.params, two.state.params);
   expect_same_bits(one.state.extra, two.state.extra);
   for (const auto& [name, t] : one.state.params) EXPECT_TRUE(at::isfinite(t).all().item<bool>()) << name;
@@ -118,9 +126,14 @@ TEST_P(PluginContract, ACheckpointResumesWithTheBitsOfAnUninterruptedRun) {
   const RunLogReader reader(path);
   ASSERT_EQ(reader.checkpoint_rounds(), std::vector<int64_t>{1});
   const ResumePoint point = resume_point(1, reader.checkpoint(1));
+  EXPECT_EQ(point.round, 1);
   const RunResult resumed = run(2, 3, nullptr, &point);
   const RunResult straight = run(2, 3);
   EXPECT_EQ(resumed.rounds_done, 3);
+  // Rounds 2 and 3 ran after the resume: the state is not round 1's.
+  bool moved = false;
+  for (const auto& [name, t] : resumed.state.params) moved = moved || !at::equal(t, point.state.params.at(name));
+  EXPECT_TRUE(moved);
   expect_same_bits(resumed.state.params, straight.state.params);
   expect_same_bits(resumed.state.extra, straight.state.extra);
   fs::remove_all(dir);

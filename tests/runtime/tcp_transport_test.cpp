@@ -1,4 +1,4 @@
-// fax's TCP transport for TensorPipe (core/src/tcp_transport.h), driven directly: lengths are
+// fax's TCP transport for TensorPipe (runtime/src/tcp_transport.h), driven directly: lengths are
 // checked before anything is allocated, and the listener's gate keeps garbage and silence out.
 
 #include <arpa/inet.h>

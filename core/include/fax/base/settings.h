@@ -29,6 +29,7 @@
 #include <vector>
 
 #include <fax/base/config.h>
+#include <fax/base/error.h>
 
 namespace fax {
 
@@ -97,7 +98,16 @@ class Settings {
                   "use double and int64_t (or uint64_t) members: what a Config holds");
     ConfigKey key{std::move(name), detail::key_type<T>(), "", std::move(doc), constraint.min, constraint.max,
                   constraint.min_exclusive, std::move(constraint.choices)};
-    if constexpr (std::is_unsigned_v<T> && !std::is_same_v<T, bool>) key.min = std::max(key.min, 0.0);
+    if constexpr (std::is_unsigned_v<T> && !std::is_same_v<T, bool>) {
+      // A Config holds int64 (a larger value is not an integer to it): 0 .. INT64_MAX.
+      if (key.min < 0) {
+        key.min = 0;
+        key.min_exclusive = false;
+      }
+      FAX_ASSERT(static_cast<uint64_t>(Options{}.*member) <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
+                 "setting '{}': its default does not fit an int64", key.name);
+    }
+    check_new(key.name);
     const std::string leaf = key.name;
     entries_.push_back({std::move(key),
                         [member, leaf](Options& o, const Config& c, const std::string& prefix) {
@@ -113,6 +123,7 @@ class Settings {
   Settings& include(Part Options::*member, const Settings<Part>& table) {
     const auto part = std::make_shared<const Settings<Part>>(table);
     for (size_t i = 0; i < table.entries_.size(); ++i) {
+      check_new(table.entries_[i].key.name);
       entries_.push_back({table.entries_[i].key,
                           [member, part, i](Options& o, const Config& c, const std::string& prefix) {
                             part->entries_[i].read(o.*member, c, prefix);
@@ -144,6 +155,11 @@ class Settings {
  private:
   template <class>
   friend class Settings;
+
+  // A key bound twice would be a schema with a duplicate: a bug in the table, found where it is.
+  void check_new(const std::string& name) const {
+    for (const auto& e : entries_) FAX_ASSERT(e.key.name != name, "setting '{}' is declared twice", name);
+  }
 
   struct Entry {
     ConfigKey key;  // default_value filled in by keys()

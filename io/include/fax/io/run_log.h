@@ -27,12 +27,12 @@ using StringPairs = std::vector<std::pair<std::string, std::string>>;
 ///   /clients/<name>              float64 [rounds, cohort]
 ///   /checkpoints/<round>/<leaf>  the state after that round, one dataset per tensor (params/w, ...)
 /// Crash safety: the log is held in memory and the file is rewritten after every append, into a
-/// new file beside it that is synced and renamed over the old one (fax/files.h), so a run killed
+/// new file beside it that is synced and renamed over the old one (fax/io/files.h), so a run killed
 /// at any moment, or a full disk, leaves the previous or the new complete file. Checkpoints are
 /// separate files, written the same way, in "<path>.checkpoints/round-<8 digits>-<run id>.h5";
 /// /checkpoints/<round> is an HDF5 external link to one of them (h5py follows it), and a reader
 /// follows it only to that file of the log's own checkpoint folder (RunLogReader::checkpoint).
-/// A RunLog does not lock its file: the command that writes it holds a FileLock (fax/files.h).
+/// A RunLog does not lock its file: the command that writes it holds a FileLock (fax/io/files.h).
 class RunLog {
  public:
   /// Starts a new run log at `path` with a new run id (added to `env` as "run_id"). When no file

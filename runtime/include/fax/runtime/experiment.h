@@ -73,7 +73,7 @@ class Experiment {
 
   /// `resume`: continue after its round from its state instead of starting at round 0. `stop` is
   /// asked after every round; when it says yes the state is checkpointed and the run ends. A round
-  /// interrupted mid-way (request_interrupt, fax/interrupt.h) is abandoned: the state of the last
+  /// interrupted mid-way (request_interrupt, fax/base/interrupt.h) is abandoned: the state of the last
   /// completed round is checkpointed and the run ends the same way, within a local step.
   RunResult run(RunLog* log, const ProgressFn& progress, const ResumePoint* resume = nullptr,
                 const std::function<bool()>& stop = {});
