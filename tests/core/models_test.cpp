@@ -52,6 +52,56 @@ TEST_F(ModelsTest, CnnBatchedMatchesPerClient) {
   expect_batched_matches_per_client(cnn, at::randn({3, 2, 1, 28, 28}));
 }
 
+TEST_F(ModelsTest, CnnWidthsAreSettings) {
+  CnnOptions o;
+  o.channels = {4, 8, 16};
+  o.kernel = 3;
+  o.dense = {32, 16};
+  const Cnn cnn({3, 20, 20}, 7, o);
+  EXPECT_EQ(cnn.describe(), "cnn(3x20x20: conv3x3x4, pool, conv3x3x8, pool, conv3x3x16, pool, dense 32, dense 16, dense 7)");
+  const TensorTree p = cnn.init(client_generator(0, 0, 0));
+  EXPECT_EQ(p.at("conv3.w").sizes(), (at::IntArrayRef{16, 8, 3, 3}));
+  EXPECT_EQ(p.at("fc1.w").sizes(), (at::IntArrayRef{16 * 2 * 2, 32}));  // 20 -> 10 -> 5 -> 2
+  EXPECT_EQ(p.at("fc3.w").sizes(), (at::IntArrayRef{16, 7}));
+  expect_batched_matches_per_client(cnn, at::randn({3, 2, 3, 20, 20}));
+  o.same_padding = false;
+  o.kernel = 9;
+  EXPECT_THROW(Cnn({3, 20, 20}, 7, o), Error);  // 20 -> 12 -> 6 -> nothing left
+}
+
+// The non-IID benchmark's LeNet (Li et al. 2022): 28x28 -> 24 -> 12 -> 8 -> 4 without padding.
+TEST_F(ModelsTest, LenetBatchedMatchesPerClient) {
+  const Cnn lenet({1, 28, 28}, 10, lenet_options());
+  const TensorTree p = lenet.init(client_generator(0, 0, 0));
+  EXPECT_EQ(p.at("fc1.w").sizes(), (at::IntArrayRef{16 * 4 * 4, 120}));
+  // conv 6*25+6, conv 16*6*25+16, dense 256*120+120, 120*84+84, 84*10+10.
+  EXPECT_EQ(p.numel(), 156 + 2416 + 30840 + 10164 + 850);
+  EXPECT_EQ(lenet.forward_flops(), 2 * (24 * 24 * 6 * 25 + 8 * 8 * 16 * 6 * 25 + 256 * 120 + 120 * 84 + 84 * 10));
+  expect_batched_matches_per_client(lenet, at::randn({3, 2, 1, 28, 28}));
+  expect_batched_matches_per_client(Cnn({3, 32, 32}, 10, lenet_options()), at::randn({2, 2, 3, 32, 32}));
+}
+
+TEST_F(ModelsTest, ResNetBatchedMatchesPerClient) {
+  // ResNet-18 on CIFAR-10 has the parameters of its BatchNorm twin: 11,173,962.
+  EXPECT_EQ(ResNet({3, 32, 32}, 10).num_parameters(), 11173962);
+  ResNetOptions narrow;
+  narrow.width = 8;
+  const ResNet resnet({3, 32, 32}, 10, narrow);
+  EXPECT_EQ(resnet.describe(), "resnet18_gn(3x32x32: width 8, 2 groups, 10 classes)");
+  const TensorTree p = resnet.init(client_generator(0, 0, 0));
+  EXPECT_EQ(p.at("stage4.block1.shortcut.w").sizes(), (at::IntArrayRef{64, 32, 1, 1}));
+  EXPECT_FALSE(p.contains("stage1.block1.shortcut.w"));
+  expect_batched_matches_per_client(resnet, at::randn({3, 2, 3, 32, 32}));
+}
+
+TEST_F(ModelsTest, GroupNormBatchedMatchesPerClient) {
+  const at::Tensor x = at::randn({3, 2, 4, 5, 5}), gamma = at::randn({3, 4}), beta = at::randn({3, 4});
+  const at::Tensor batched = fax::group_norm(x, 2, gamma, beta);
+  for (int64_t i = 0; i < 3; ++i)
+    EXPECT_TRUE(at::allclose(batched[i], at::group_norm(x[i], 2, gamma[i], beta[i], 1e-5), 1e-5, 1e-6));
+  EXPECT_THROW(fax::group_norm(x, 3, gamma, beta), Error);
+}
+
 TEST_F(ModelsTest, TransformerBatchedMatchesPerClient) {
   TransformerLm lm({50, 16, 2, 32, 4});
   expect_batched_matches_per_client(lm, at::randint(0, 50, {3, 2, 16}, at::kLong));
@@ -65,8 +115,12 @@ TEST_F(ModelsTest, SizesAreKnownWithoutAllocating) {
   const SoftmaxRegression softmax(12, 4);
   const Mlp mlp({1, 28, 28}, {200, 100}, 10);
   const Cnn cnn({3, 32, 32}, 100);
+  const Cnn lenet({3, 32, 32}, 100, lenet_options());
+  ResNetOptions narrow;
+  narrow.width = 4;
+  const ResNet resnet({3, 32, 32}, 10, narrow);
   const TransformerLm lm({50, 16, 3, 32, 4});
-  for (const Model* m : std::vector<const Model*>{&softmax, &mlp, &cnn, &lm}) {
+  for (const Model* m : std::vector<const Model*>{&softmax, &mlp, &cnn, &lenet, &resnet, &lm}) {
     EXPECT_EQ(m->num_parameters(), m->init(client_generator(0, 0, 0)).numel()) << m->describe();
     EXPECT_GT(m->activations_per_example(), 0) << m->describe();
   }

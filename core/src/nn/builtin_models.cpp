@@ -138,37 +138,75 @@ int64_t Mlp::forward_flops() const {
   return flops;
 }
 
-Cnn::Cnn(std::vector<int64_t> input_shape, int64_t classes) : classes_(classes) {
-  FAX_CHECK(input_shape.size() == 3 && input_shape[1] % 4 == 0 && input_shape[2] % 4 == 0,
-            "cnn needs inputs [channels, height, width] with height and width multiples of 4 (got [{}])",
+Cnn::Cnn(std::vector<int64_t> input_shape, int64_t classes, CnnOptions options) : o_(std::move(options)), classes_(classes) {
+  FAX_CHECK(input_shape.size() == 3, "{} needs inputs [channels, height, width] (got [{}])", o_.name,
             fmt::join(input_shape, ", "));
+  FAX_CHECK(classes > 1, "{} needs at least 2 classes (got {})", o_.name, classes);
+  FAX_CHECK(o_.kernel > 0 && !o_.channels.empty(), "{} needs a kernel size and at least one convolution", o_.name);
   channels_ = input_shape[0];
   height_ = input_shape[1];
   width_ = input_shape[2];
+  int64_t c = channels_, h = height_, w = width_;
+  const int64_t shrink = o_.same_padding ? 0 : o_.kernel - 1;
+  for (int64_t out : o_.channels) {
+    FAX_CHECK(out > 0, "{}: convolution widths must be positive (got {})", o_.name, out);
+    FAX_CHECK(h - shrink >= 2 && w - shrink >= 2,
+              "{}: inputs of {}x{} are too small for its {} convolutions of {}x{} and 2x2 poolings", o_.name, height_,
+              width_, o_.channels.size(), o_.kernel, o_.kernel);
+    convs_.push_back({c, out, h - shrink, w - shrink});
+    c = out;
+    h = (h - shrink) / 2;
+    w = (w - shrink) / 2;
+  }
+  dense_.push_back(saturating_mul(c, saturating_mul(h, w)));
+  for (int64_t width : o_.dense) {
+    FAX_CHECK(width > 0, "{}: dense widths must be positive (got {})", o_.name, width);
+    dense_.push_back(width);
+  }
+  dense_.push_back(classes);
+}
+
+CnnOptions lenet_options() {
+  CnnOptions o;
+  o.name = "lenet";
+  o.channels = {6, 16};
+  o.same_padding = false;
+  o.dense = {120, 84};
+  return o;
 }
 
 std::string Cnn::describe() const {
-  return fmt::format("cnn({}x{}x{}: conv5x5x32, pool, conv5x5x64, pool, dense 512, dense {})", channels_, height_,
-                     width_, classes_);
+  std::vector<std::string> layers;
+  for (const ConvLayer& conv : convs_)
+    layers.push_back(fmt::format("conv{}x{}x{}{}, pool", o_.kernel, o_.kernel, conv.out, o_.same_padding ? "" : " valid"));
+  for (size_t l = 1; l < dense_.size(); ++l) layers.push_back(fmt::format("dense {}", dense_[l]));
+  return fmt::format("{}({}x{}x{}: {})", o_.name, channels_, height_, width_, fmt::join(layers, ", "));
 }
 
 TensorTree Cnn::init(at::Generator g) const {
-  const int64_t flat = 64 * (height_ / 4) * (width_ / 4);
-  return TensorTree{{"conv1.w", fan_in_uniform({32, channels_, 5, 5}, channels_ * 25, g)},
-                    {"conv1.b", fan_in_uniform({32}, channels_ * 25, g)},
-                    {"conv2.w", fan_in_uniform({64, 32, 5, 5}, 32 * 25, g)},
-                    {"conv2.b", fan_in_uniform({64}, 32 * 25, g)},
-                    {"fc1.w", fan_in_uniform({flat, 512}, flat, g)},
-                    {"fc1.b", fan_in_uniform({512}, flat, g)},
-                    {"fc2.w", fan_in_uniform({512, classes_}, 512, g)},
-                    {"fc2.b", fan_in_uniform({classes_}, 512, g)}};
+  TensorTree p;
+  const int64_t area = o_.kernel * o_.kernel;
+  for (size_t l = 0; l < convs_.size(); ++l) {
+    const ConvLayer& conv = convs_[l];
+    p.set(fmt::format("conv{}.w", l + 1), fan_in_uniform({conv.out, conv.in, o_.kernel, o_.kernel}, conv.in * area, g));
+    p.set(fmt::format("conv{}.b", l + 1), fan_in_uniform({conv.out}, conv.in * area, g));
+  }
+  for (size_t l = 0; l + 1 < dense_.size(); ++l) {
+    p.set(fmt::format("fc{}.w", l + 1), fan_in_uniform({dense_[l], dense_[l + 1]}, dense_[l], g));
+    p.set(fmt::format("fc{}.b", l + 1), fan_in_uniform({dense_[l + 1]}, dense_[l], g));
+  }
+  return p;
 }
 
 at::Tensor Cnn::input_features(const TensorTree& params, const at::Tensor& x) const {
   // relu(pool(.)) is pool(relu(.)) (relu is monotone; a zero's sign aside), and a quarter of the
   // elementwise work. The gradients agree too: where the window's maximum is <= 0 both are zero.
-  at::Tensor h = at::relu(fax::max_pool2(fax::conv2d(x, params.at("conv1.w"), params.at("conv1.b"), 2)));
-  h = at::relu(fax::max_pool2(fax::conv2d(h, params.at("conv2.w"), params.at("conv2.b"), 2)));
+  const int64_t padding = o_.same_padding ? o_.kernel / 2 : 0;
+  at::Tensor h = x;
+  for (size_t l = 0; l < convs_.size(); ++l) {
+    const std::string conv = fmt::format("conv{}.", l + 1);
+    h = at::relu(fax::max_pool2(fax::conv2d(h, params.at(conv + "w"), params.at(conv + "b"), padding)));
+  }
   return h.flatten(h.dim() - 3);
 }
 
@@ -177,27 +215,128 @@ at::Tensor Cnn::forward(const TensorTree& params, const at::Tensor& x) const {
 }
 
 at::Tensor Cnn::forward_from_input_layer(const TensorTree& params, const at::Tensor& z) const {
-  return fax::linear(at::relu(z), params.at("fc2.w"), params.at("fc2.b"));
+  at::Tensor h = z;
+  for (size_t l = 2; l < dense_.size(); ++l)
+    h = fax::linear(at::relu(h), params.at(fmt::format("fc{}.w", l)), params.at(fmt::format("fc{}.b", l)));
+  return h;
 }
 
 int64_t Cnn::num_parameters() const {
-  const int64_t flat = saturating_mul(64, saturating_mul(height_ / 4, width_ / 4));
-  return saturating_add(saturating_add(dense(channels_ * 25, 32), dense(32 * 25, 64)),
-                        saturating_add(dense(flat, 512), dense(512, classes_)));
+  int64_t n = 0;
+  for (const ConvLayer& conv : convs_) n = saturating_add(n, dense(conv.in * o_.kernel * o_.kernel, conv.out));
+  for (size_t l = 0; l + 1 < dense_.size(); ++l) n = saturating_add(n, dense(dense_[l], dense_[l + 1]));
+  return n;
 }
 
 int64_t Cnn::activations_per_example() const {
-  // conv1 and its pool, conv2 and its pool, the dense layers.
-  const int64_t pixels = saturating_mul(height_, width_);
-  return saturating_add(saturating_add(saturating_mul(32 + 8, pixels), saturating_mul(16 + 4, pixels)),
-                        512 + classes_);
+  // Each convolution's output and its pooling (a quarter), then the dense layers.
+  int64_t n = 0;
+  for (const ConvLayer& conv : convs_)
+    n = saturating_add(n, saturating_mul(conv.out, saturating_mul(conv.height, conv.width)) / 4 * 5);
+  for (size_t l = 1; l < dense_.size(); ++l) n = saturating_add(n, dense_[l]);
+  return n;
 }
 
 int64_t Cnn::forward_flops() const {
-  const int64_t conv1 = 2 * height_ * width_ * 32 * channels_ * 25;
-  const int64_t conv2 = 2 * (height_ / 2) * (width_ / 2) * 64 * 32 * 25;
-  const int64_t fc = 2 * (64 * (height_ / 4) * (width_ / 4) * 512 + 512 * classes_);
-  return conv1 + conv2 + fc;
+  int64_t flops = 0;
+  for (const ConvLayer& conv : convs_)
+    flops += 2 * conv.height * conv.width * conv.out * conv.in * o_.kernel * o_.kernel;
+  for (size_t l = 0; l + 1 < dense_.size(); ++l) flops += 2 * dense_[l] * dense_[l + 1];
+  return flops;
+}
+
+ResNet::ResNet(std::vector<int64_t> input_shape, int64_t classes, ResNetOptions options)
+    : o_(std::move(options)), classes_(classes) {
+  FAX_CHECK(input_shape.size() == 3, "resnet needs inputs [channels, height, width] (got [{}])",
+            fmt::join(input_shape, ", "));
+  FAX_CHECK(classes > 1, "resnet needs at least 2 classes (got {})", classes);
+  FAX_CHECK(o_.width > 0 && o_.groups > 0 && o_.width % o_.groups == 0,
+            "resnet: width ({}) must be a positive multiple of groups ({})", o_.width, o_.groups);
+  channels_ = input_shape[0];
+  height_ = input_shape[1];
+  width_ = input_shape[2];
+  int64_t h = height_, w = width_;
+  // A 3x3 convolution with padding 1 (or a 1x1 without) and stride s keeps ceil(side / s).
+  const auto add = [&](std::string name, int64_t in, int64_t out, int64_t size, int64_t stride) {
+    h = (h - 1) / stride + 1;
+    w = (w - 1) / stride + 1;
+    convs_.push_back({std::move(name), in, out, size, stride, h, w});
+  };
+  add("stem", channels_, o_.width, 3, 1);
+  int64_t in = o_.width;
+  for (size_t stage = 0; stage < o_.blocks.size(); ++stage) {
+    const int64_t out = saturating_mul(o_.width, int64_t{1} << std::min<size_t>(stage, 20));
+    for (int64_t block = 0; block < o_.blocks[stage]; ++block) {
+      const std::string name = fmt::format("stage{}.block{}.", stage + 1, block + 1);
+      const int64_t stride = stage > 0 && block == 0 ? 2 : 1;
+      const int64_t h_in = h, w_in = w;
+      add(name + "conv1", in, out, 3, stride);
+      add(name + "conv2", out, out, 3, 1);
+      if (stride != 1 || in != out) {
+        h = h_in;
+        w = w_in;
+        add(name + "shortcut", in, out, 1, stride);
+      }
+      in = out;
+    }
+  }
+}
+
+std::string ResNet::describe() const {
+  int64_t depth = 2;  // the stem and the output layer
+  for (int64_t b : o_.blocks) depth += 2 * b;
+  return fmt::format("resnet{}_gn({}x{}x{}: width {}, {} groups, {} classes)", depth, channels_, height_, width_,
+                     o_.width, o_.groups, classes_);
+}
+
+TensorTree ResNet::init(at::Generator g) const {
+  // He et al.'s initialisation as in torchvision: N(0, 2 / fan_out) convolutions; unit norm gains.
+  TensorTree p;
+  for (const Conv& c : convs_) {
+    const double std = std::sqrt(2.0 / static_cast<double>(c.out * c.size * c.size));
+    p.set(c.name + ".w", at::empty({c.out, c.in, c.size, c.size}).normal_(0.0, std, g));
+    p.set(c.name + ".gn.g", at::ones({c.out}));
+    p.set(c.name + ".gn.b", at::zeros({c.out}));
+  }
+  const int64_t features = convs_.back().out;
+  p.set("fc.w", fan_in_uniform({features, classes_}, features, g));
+  p.set("fc.b", fan_in_uniform({classes_}, features, g));
+  return p;
+}
+
+at::Tensor ResNet::forward(const TensorTree& params, const at::Tensor& x) const {
+  const auto conv_norm = [&](const Conv& c, const at::Tensor& in) {
+    const at::Tensor out = fax::conv2d(in, params.at(c.name + ".w"), {}, c.size / 2, c.stride);
+    return fax::group_norm(out, o_.groups, params.at(c.name + ".gn.g"), params.at(c.name + ".gn.b"));
+  };
+  at::Tensor h = at::relu(conv_norm(convs_[0], x));
+  for (size_t i = 1; i < convs_.size();) {
+    const bool projected = i + 2 < convs_.size() && convs_[i + 2].size == 1;
+    const at::Tensor inner = conv_norm(convs_[i + 1], at::relu(conv_norm(convs_[i], h)));
+    h = at::relu(inner + (projected ? conv_norm(convs_[i + 2], h) : h));
+    i += projected ? 3 : 2;
+  }
+  return fax::linear(h.mean({-2, -1}), params.at("fc.w"), params.at("fc.b"));
+}
+
+int64_t ResNet::num_parameters() const {
+  int64_t n = dense(convs_.back().out, classes_);
+  for (const Conv& c : convs_)
+    n = saturating_add(n, saturating_add(saturating_mul(c.out, saturating_mul(c.in, c.size * c.size)), 2 * c.out));
+  return n;
+}
+
+int64_t ResNet::activations_per_example() const {
+  // Each convolution's output, its normalisation and ReLU.
+  int64_t n = classes_;
+  for (const Conv& c : convs_) n = saturating_add(n, saturating_mul(3 * c.out, saturating_mul(c.height, c.width)));
+  return n;
+}
+
+int64_t ResNet::forward_flops() const {
+  int64_t flops = 2 * convs_.back().out * classes_;
+  for (const Conv& c : convs_) flops += 2 * c.height * c.width * c.out * c.in * c.size * c.size;
+  return flops;
 }
 
 TransformerLm::TransformerLm(TransformerOptions o) : o_(o) {
@@ -299,6 +438,32 @@ const Settings<MlpSettings>& mlp_settings() {
   return table;
 }
 
+// The configurable CNN's settings.
+struct CnnSettings {
+  std::string channels = "32,64";
+  std::string dense = "512";
+  int64_t kernel = 5;
+  std::string padding = "same";
+};
+
+const Settings<CnnSettings>& cnn_settings() {
+  using O = CnnSettings;
+  static const Settings<O> table = Settings<O>()
+      .add("channels", &O::channels, "convolution widths, comma-separated (each conv, 2x2 max pool, ReLU)")
+      .add("dense", &O::dense, "hidden dense widths after the convolutions, comma-separated")
+      .add("kernel", &O::kernel, "convolution kernel size", at_least(1))
+      .add("padding", &O::padding, "convolution padding: same (keeps the size) or valid (none)", one_of({"same", "valid"}));
+  return table;
+}
+
+const Settings<ResNetOptions>& resnet_settings() {
+  using O = ResNetOptions;
+  static const Settings<O> table = Settings<O>()
+      .add("width", &O::width, "channels of the first stage (doubled at each later one)", at_least(1))
+      .add("groups", &O::groups, "GroupNorm groups (divides width)", at_least(1));
+  return table;
+}
+
 // The transformer's settings; its vocabulary and context come from the data.
 const Settings<TransformerOptions>& transformer_settings() {
   using O = TransformerOptions;
@@ -322,9 +487,23 @@ const std::vector<ModelEntry>& model_registry() {
          const MlpSettings o = mlp_settings().read(c, "model");
          return std::make_unique<Mlp>(shape.input_shape, parse_sizes(o.hidden, "model.hidden"), shape.num_classes);
        }},
-      {"cnn", "the CNN of McMahan et al. 2017 (two 5x5 conv + pool, dense 512)", {},
+      {"cnn", "CNN, by default McMahan et al. 2017's (two 5x5 conv + pool, dense 512)", cnn_settings().keys(),
+       [](const Config& c, const ModelShape& shape) -> std::unique_ptr<Model> {
+         const CnnSettings s = cnn_settings().read(c, "model");
+         CnnOptions o;
+         o.channels = parse_sizes(s.channels, "model.channels");
+         o.dense = parse_sizes(s.dense, "model.dense");
+         o.kernel = s.kernel;
+         o.same_padding = s.padding == "same";
+         return std::make_unique<Cnn>(shape.input_shape, shape.num_classes, o);
+       }},
+      {"lenet", "LeNet-style CNN of the non-IID benchmark (Li et al. 2022: conv 6, 16, dense 120, 84)", {},
        [](const Config&, const ModelShape& shape) -> std::unique_ptr<Model> {
-         return std::make_unique<Cnn>(shape.input_shape, shape.num_classes);
+         return std::make_unique<Cnn>(shape.input_shape, shape.num_classes, lenet_options());
+       }},
+      {"resnet18_gn", "ResNet-18 with GroupNorm for 32x32 images (Hsieh et al. 2020)", resnet_settings().keys(),
+       [](const Config& c, const ModelShape& shape) -> std::unique_ptr<Model> {
+         return std::make_unique<ResNet>(shape.input_shape, shape.num_classes, resnet_settings().read(c, "model"));
        }},
       {"transformer", "decoder-only transformer language model (next-token prediction)", transformer_settings().keys(),
        [](const Config& c, const ModelShape& shape) -> std::unique_ptr<Model> {

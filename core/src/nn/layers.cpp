@@ -85,13 +85,14 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bi
   return rows ? out : out.view(with_last(x.sizes(), n));
 }
 
-at::Tensor conv2d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias, int64_t padding) {
-  if (!batched(w, 4)) return at::conv2d(x, w, bias, 1, padding);
+at::Tensor conv2d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias, int64_t padding, int64_t stride) {
+  if (!batched(w, 4)) return at::conv2d(x, w, bias, stride, padding);
   // [k, b, c, h, w] -> [b, k * c, h, w]; the clients become convolution groups.
   const int64_t k = w.size(0), b = x.size(1), c = x.size(2);
   const at::Tensor grouped_x = x.transpose(0, 1).reshape({b, k * c, x.size(3), x.size(4)});
   const at::Tensor grouped_w = w.reshape({k * w.size(1), c, w.size(3), w.size(4)});
-  const at::Tensor out = at::conv2d(grouped_x, grouped_w, bias.reshape({-1}), 1, padding, 1, k);
+  const at::Tensor out =
+      at::conv2d(grouped_x, grouped_w, bias.defined() ? bias.reshape({-1}) : bias, stride, padding, 1, k);
   return out.view({b, k, w.size(1), out.size(2), out.size(3)}).transpose(0, 1);
 }
 
@@ -130,6 +131,25 @@ at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& gamma, const at::Te
   const at::Tensor normalized = at::layer_norm(x, {x.size(-1)}, {}, {}, 1e-5);
   const int64_t middle = x.dim() - 2;
   return normalized * per_client(gamma, middle, is_batched) + per_client(beta, middle, is_batched);
+}
+
+at::Tensor group_norm(const at::Tensor& x, int64_t groups, const at::Tensor& gamma, const at::Tensor& beta) {
+  const bool is_batched = batched(gamma, 1);
+  const int64_t channel_axis = is_batched ? 2 : 1;
+  FAX_CHECK(x.dim() > channel_axis && x.size(channel_axis) == gamma.size(-1) && x.size(channel_axis) % groups == 0,
+            "group_norm: input [{}] needs {} channels in {} groups", fmt::join(x.sizes(), ", "), gamma.size(-1),
+            groups);
+  // Each example normalises on its own, so the clients fold into the batch.
+  const at::Tensor examples = is_batched ? x.flatten(0, 1) : x;
+  const at::Tensor normalized = at::group_norm(examples, groups, {}, {}, 1e-5).view(x.sizes());
+  const int64_t trailing = x.dim() - channel_axis - 1;
+  const auto shaped = [&](const at::Tensor& p) {
+    std::vector<int64_t> shape(p.sizes().begin(), p.sizes().end());
+    if (is_batched) shape.insert(shape.begin() + 1, 1);  // the batch axis
+    shape.insert(shape.end(), trailing, 1);
+    return p.view(shape);
+  };
+  return normalized * shaped(gamma) + shaped(beta);
 }
 
 at::Tensor batched_matmul(const at::Tensor& a, const at::Tensor& b, double scale, const at::Tensor& addend) {

@@ -48,7 +48,10 @@ const Settings<ClientTrainingOptions>& client_training_settings() {
   static const Settings<O> table = Settings<O>()
       .add("client_lr", &O::client_lr, "client SGD learning rate", positive())
       .add("local_epochs", &O::local_epochs, "passes over each client's data per round (E)", at_least(1))
-      .add("batch_size", &O::batch_size, "client minibatch size (B); 0: the whole local data set", at_least(0));
+      .add("batch_size", &O::batch_size, "client minibatch size (B); 0: the whole local data set", at_least(0))
+      .add("client_momentum", &O::client_momentum, "client SGD momentum (torch.optim.SGD's; reset every round)",
+           in(0, 1))
+      .add("weight_decay", &O::weight_decay, "client L2 weight decay (added to the gradient)", at_least(0));
   return table;
 }
 
@@ -56,6 +59,8 @@ ClientTraining client_training(const ClientTrainingOptions& options) {
   ClientTraining t;
   t.epochs = options.local_epochs;
   t.batch_size = options.batch_size;
+  t.momentum = options.client_momentum;
+  t.weight_decay = options.weight_decay;
   t.lr = Server<at::Tensor>(at::scalar_tensor(options.client_lr, at::kDouble));
   return t;
 }
@@ -83,6 +88,8 @@ TensorTree train_chunk(const RoundContext& ctx, const ClientTraining& t, const C
   const ClientBatches batches(chunk, ctx.data, t.epochs, t.batch_size);
   LocalSgdOptions options = t.customize ? t.customize(chunk, params) : LocalSgdOptions{};
   options.create_graph = options.create_graph || t.create_graph;
+  options.momentum = t.momentum;
+  options.weight_decay = t.weight_decay;
   options.factor_input_layer = options.factor_input_layer && ctx.factor_input_layer;
   options.defer_input_layer = defer;
   const LocalSgdResult local = local_sgd(ctx.model, batches, params, rates, options);

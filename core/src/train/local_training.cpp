@@ -157,6 +157,31 @@ void sgd_in_place(const std::vector<at::Tensor>& params, const std::vector<at::T
   }
 }
 
+// The directions SGD with weight decay and momentum steps along (LocalSgdOptions::momentum), from
+// the gradients; `velocity` carries the momentum from step to step (empty before the first). In
+// place unless the steps stay differentiable.
+std::vector<at::Tensor> momentum_directions(const std::vector<at::Tensor>& params, std::vector<at::Tensor> grads,
+                                            std::vector<at::Tensor>& velocity, const LocalSgdOptions& options) {
+  const bool in_place = !options.create_graph;
+  at::AutoGradMode graph(options.create_graph);
+  for (size_t j = 0; j < grads.size(); ++j) {
+    if (options.weight_decay != 0.0) {
+      const at::Tensor p = in_place ? params[j].detach() : params[j];
+      grads[j] = in_place ? grads[j].add_(p, options.weight_decay) : grads[j] + options.weight_decay * p;
+    }
+  }
+  if (options.momentum == 0.0) return grads;
+  if (velocity.empty()) {
+    // v = g at the first step, its own buffer when later steps update it in place.
+    for (const at::Tensor& g : grads) velocity.push_back(in_place ? g.clone() : g);
+    return velocity;
+  }
+  for (size_t j = 0; j < grads.size(); ++j)
+    velocity[j] = in_place ? velocity[j].mul_(options.momentum).add_(grads[j])
+                           : velocity[j] * options.momentum + grads[j];
+  return velocity;
+}
+
 // The gradients of a step's summed per-client objectives: clients are independent, so the
 // gradient of the sum holds each client's own gradient.
 std::vector<at::Tensor> client_gradients(const at::Tensor& per_client, const std::vector<at::Tensor>& inputs,
@@ -250,7 +275,8 @@ LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const
   const int64_t k = batches.clients();
   const at::Tensor step_size = lr.dim() == 0 ? lr : lr.view({k});
   const std::optional<InputLayer> layer = model.input_layer();
-  if (options.factor_input_layer && !options.create_graph && !options.penalty && layer)
+  const bool plain_sgd = options.momentum == 0.0 && options.weight_decay == 0.0;
+  if (options.factor_input_layer && !options.create_graph && !options.penalty && plain_sgd && layer)
     return factored_local_sgd(model, *layer, batches, start, step_size, options.defer_input_layer);
   // Without create_graph the steps update a copy of `start` in place; with it they stay connected
   // to `start` (and to the rate), and a start that carries no graph gets fresh leaves to differentiate.
@@ -259,12 +285,14 @@ LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const
     return t.requires_grad() ? t : t.detach().requires_grad_(true);
   });
   StepTracker tracker(batches, step_size);
+  std::vector<at::Tensor> velocity;  // per leaf, with momentum
   for (int64_t s = 0; s < batches.steps(); ++s) {
     check_interrupt();
     const Batch batch = batches.batch(s);
     const Step step = tracker.step(s, model.forward(params, batch.x), batch);
     const at::Tensor objective = options.penalty ? step.objective + options.penalty(params) : step.objective;
-    const auto grads = client_gradients(objective, params.tensors(), options.create_graph);
+    std::vector<at::Tensor> grads = client_gradients(objective, params.tensors(), options.create_graph);
+    if (!plain_sgd) grads = momentum_directions(params.tensors(), std::move(grads), velocity, options);
     if (!options.create_graph) {
       sgd_in_place(params.tensors(), grads, step.rates);
       continue;

@@ -15,8 +15,9 @@ namespace fax {
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
 
 /// x [k, b, c, h, w] with w [k, o, c, kh, kw], bias [k, o] (one grouped convolution over the
-/// chunk); or x [b, c, h, w] with w [o, c, kh, kw], bias [o].
-at::Tensor conv2d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias, int64_t padding);
+/// chunk); or x [b, c, h, w] with w [o, c, kh, kw], bias [o]. An undefined bias: none.
+at::Tensor conv2d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias, int64_t padding,
+                  int64_t stride = 1);
 
 /// 2x2 max pooling with stride 2 over the last two axes, any number of leading axes.
 at::Tensor max_pool2(const at::Tensor& x);
@@ -27,6 +28,10 @@ at::Tensor embedding(const at::Tensor& ids, const at::Tensor& table);
 
 /// Normalises the last axis, then scales and shifts by gamma, beta ([k, d] or [d]).
 at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& gamma, const at::Tensor& beta);
+
+/// Group normalisation of x [k, b, c, ...] (or [b, c, ...]) over `groups` groups of channels per
+/// example, then a per-channel scale and shift gamma, beta ([k, c] or [c]).
+at::Tensor group_norm(const at::Tensor& x, int64_t groups, const at::Tensor& gamma, const at::Tensor& beta);
 
 /// scale * a @ b (+ addend, broadcast to [..., m, n], when given) for every index of the leading
 /// axes a [..., m, k] and b [..., k, n] share (no broadcasting): out [..., m, n], contiguous. On the

@@ -13,6 +13,8 @@ namespace fax {
 struct ClientTraining {
   int64_t epochs = 1;
   int64_t batch_size = 10;  ///< 0: the whole local data set
+  double momentum = 0.0;      ///< LocalSgdOptions::momentum
+  double weight_decay = 0.0;  ///< LocalSgdOptions::weight_decay
   /// The client learning rate, a server value (0-dim); broadcast to the clients so that gradients
   /// with respect to it are summed over every executor's clients (hypergradients).
   Server<at::Tensor> lr;
@@ -39,11 +41,14 @@ struct ClientUpdates {
 };
 
 /// The settings of the client half, shared by FedAvg-style plugins (keys client_lr, local_epochs,
-/// batch_size; include them in a plugin's table with Settings::include).
+/// batch_size, client_momentum, weight_decay; include them in a plugin's table with
+/// Settings::include).
 struct ClientTrainingOptions {
   double client_lr = 0.1;
   int64_t local_epochs = 1;
   int64_t batch_size = 10;  ///< 0: the whole local data set
+  double client_momentum = 0.0;
+  double weight_decay = 0.0;
 };
 const Settings<ClientTrainingOptions>& client_training_settings();
 /// The client half these options describe (lr as a 0-dim float64 server value).

@@ -70,7 +70,12 @@ struct LocalSgdOptions {
   bool create_graph = false;
   /// Optional extra per-client loss on the current parameters ([k]), e.g. FedProx's proximal term.
   std::function<at::Tensor(const TensorTree&)> penalty;
-  /// When the model has an input layer z = x W + b (Model::input_layer) and neither of the above
+  /// SGD with momentum and weight decay as PyTorch's torch.optim.SGD (no dampening, not Nesterov):
+  /// g = dL/dp + weight_decay p, v = momentum v + g (v = g at the first step), p -= lr v. The
+  /// velocity starts at zero every round, as when a client builds its optimizer afresh.
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+  /// When the model has an input layer z = x W + b (Model::input_layer) and none of the above
   /// is set, step that layer in factored form. Over one client's steps W_s = W_0 - sum_{t<s} x_t^T
   /// u_t with u_t = lr dL_t/dz_t, so x_s W_s = x_s W_0 - sum_{t<s} (x_s x_t^T) u_t: for a block of
   /// steps whose rows number about half the layer's outputs, W enters one product up front and one
