@@ -22,13 +22,15 @@ namespace {
 
 constexpr double kProbeSeconds = 60;
 
-// The listing of one loaded plugin: versions, description, keys.
-void print_plugin(const Plugin& p) {
-  std::printf("\n%s  (fax %s, LibTorch %s)  %s\n  %s\n", p.name.c_str(), p.fax_version.c_str(),
+// The listing of one loaded plugin: kind, versions, description, keys.
+template <class Entry>
+void print_plugin(const Entry& p, const std::string& kind) {
+  std::printf("\n%s  (%s; fax %s, LibTorch %s)  %s\n  %s\n", p.name.c_str(), kind.c_str(), p.fax_version.c_str(),
               p.torch_version.c_str(), p.path.c_str(), p.description.c_str());
   for (const auto& key : p.keys) {
     const std::string constraints = describe_constraints(key);
-    std::printf("  algorithm.%-18s %-8s = %-8s %s%s\n", key.name.c_str(), to_string(key.type),
+    const std::string name = kind + "." + key.name;
+    std::printf("  %-28s %-8s = %-8s %s%s\n", name.c_str(), to_string(key.type),
                 key.default_value.c_str(), key.doc.c_str(),
                 constraints.empty() ? "" : (" (" + constraints + ")").c_str());
   }
@@ -97,7 +99,8 @@ std::string refusal(const Probe& p) {
 
 int plugins_command(const PluginsOptions& options) {
   if (!options.probe.empty()) {
-    print_plugin(*load_plugin_file(options.probe));
+    if (plugin_kind(options.probe) == kModelPlugin) print_plugin(*load_model_plugin_file(options.probe), kModelPlugin);
+    else print_plugin(*load_plugin_file(options.probe), kAlgorithmPlugin);
     return 0;
   }
   const PluginLoader loader(options.plugin_dirs);
@@ -120,7 +123,7 @@ int plugins_command(const PluginsOptions& options) {
 
 Subcommand add_plugins_subcommand(CLI::App& app) {
   auto o = std::make_shared<PluginsOptions>();
-  CLI::App* cmd = app.add_subcommand("plugins", "list the algorithm plugins found, with versions and keys");
+  CLI::App* cmd = app.add_subcommand("plugins", "list the plugins found (algorithms and models), with versions and keys");
   add_plugin_dir_option(*cmd, o->plugin_dirs);
   cmd->add_option("--probe", o->probe)->group("");
   return {cmd, [o] { return plugins_command(*o); }};

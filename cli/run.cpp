@@ -212,6 +212,7 @@ int execute(const ExperimentSetup& setup, const std::string& source, const std::
     env.emplace_back("experiment", source);
     env.emplace_back("algorithm", setup.plugin->name);
     env.emplace_back("algorithm_plugin", setup.plugin->path);
+    if (setup.model_plugin) env.emplace_back("model_plugin", setup.model_plugin->path);
     env.emplace_back("identity", identity);
     log.emplace(output, config_to_yaml(config), env);
   }
@@ -229,7 +230,8 @@ int execute(const ExperimentSetup& setup, const std::string& source, const std::
                 "%lld logical shards; cohort %lld of %lld clients; %lld rounds\n  log: %s\n",
                 FAX_VERSION, source.c_str(),
                 resume ? fmt::format(" (resuming after round {})", first).c_str() : "", data->describe().c_str(),
-                model->describe().c_str(), setup.plugin->name.c_str(), setup.plugin->path.c_str(), mesh.executors,
+                (model->describe() + (setup.model_plugin ? " (" + setup.model_plugin->path + ")" : "")).c_str(),
+                setup.plugin->name.c_str(), setup.plugin->path.c_str(), mesh.executors,
                 coordinator ? "remote " : "", mesh.threads_per_executor, static_cast<long long>(mesh.logical_shards),
                 static_cast<long long>(config.get_int("cohort.size")), static_cast<long long>(data->num_clients()),
                 static_cast<long long>(rounds), output.c_str());

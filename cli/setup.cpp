@@ -1,7 +1,5 @@
 #include "setup.h"
 
-#include <fstream>
-
 #include <fax/base/error.h>
 #include <fax/io/config_yaml.h>
 #include <fax/runtime/experiment.h>
@@ -35,7 +33,22 @@ ExperimentSetup resolve_experiment(Config config, const PluginLoader& loader) {
 
   Schema schema = experiment_schema();
   setup.dataset = find_named(setup.config, schema, "data.name", [](const std::string& n) { return &find_dataset(n); });
-  setup.model = find_named(setup.config, schema, "model.name", [](const std::string& n) { return &find_model(n); });
+  setup.model = find_named(setup.config, schema, "model.name", [&](const std::string& n) -> const ModelEntry* {
+    if (n.find('/') == std::string::npos) {
+      for (const auto& entry : model_registry())
+        if (entry.name == n) return &entry;
+    }
+    // Not built in: a model plugin.
+    const auto path = loader.locate(n);
+    if (!path) {
+      std::vector<std::string> names;
+      for (const auto& entry : model_registry()) names.push_back(entry.name);
+      throw Error(fmt::format("unknown model '{}' (built in: {}; nor is there a model plugin fax_{}.so in {})", n,
+                              fmt::join(names, ", "), n, fmt::join(loader.search_path(), ", ")));
+    }
+    setup.model_plugin = load_model_plugin_file(*path);
+    return setup.model_plugin.get();
+  });
   setup.plugin = find_named(setup.config, schema, "algorithm.name", [&](const std::string& n) { return loader.load(n); });
   schema.add_all(setup.dataset->keys, "data");
   schema.add_all(setup.model->keys, "model");
@@ -45,17 +58,10 @@ ExperimentSetup resolve_experiment(Config config, const PluginLoader& loader) {
 }
 
 std::string experiment_identity(const ExperimentSetup& setup, const FederatedDataset& data, const Model& model) {
-  std::ifstream in(setup.plugin->path, std::ios::binary);
-  FAX_CHECK(in.good(), "cannot read the plugin {}", setup.plugin->path);
-  uint64_t hash = 14695981039346656037ull;  // FNV-1a
-  int64_t size = 0;
-  char buffer[1 << 16];
-  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
-    for (std::streamsize i = 0; i < in.gcount(); ++i) hash = (hash ^ static_cast<unsigned char>(buffer[i])) * 1099511628211ull;
-    size += in.gcount();
-  }
-  return fmt::format("algorithm {} ({} bytes, FNV-1a {:016x}), data {}, model {}", setup.plugin->name, size, hash,
-                     data.describe(), model.describe());
+  const std::string model_file =
+      setup.model_plugin ? fmt::format(" from plugin {}", file_fingerprint(setup.model_plugin->path)) : "";
+  return fmt::format("algorithm {} {}, data {}, model {}{}", setup.plugin->name, file_fingerprint(setup.plugin->path),
+                     data.describe(), model.describe(), model_file);
 }
 
 }  // namespace fax::cli

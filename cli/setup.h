@@ -17,7 +17,8 @@ namespace fax::cli {
 struct ExperimentSetup {
   Config config;
   const DatasetEntry* dataset = nullptr;
-  const ModelEntry* model = nullptr;
+  const ModelEntry* model = nullptr;  ///< built in, or model_plugin
+  std::shared_ptr<const ModelPlugin> model_plugin;
   std::shared_ptr<const Plugin> plugin;
 };
 
@@ -26,7 +27,7 @@ ExperimentSetup resolve_experiment(Config config, const PluginLoader& loader);
 
 /// What an experiment resolved to on this host, for a coordinator to compare with its workers':
 /// the plugin (name and a hash of its library file: another build would compute other bits), the
-/// data set and the model as they describe themselves.
+/// data set and the model as they describe themselves (a model plugin with its file's hash).
 std::string experiment_identity(const ExperimentSetup& setup, const FederatedDataset& data, const Model& model);
 /// The experiment file at `path` with its --set overrides, resolved.
 ExperimentSetup load_experiment(const std::string& path, const std::vector<std::string>& overrides,

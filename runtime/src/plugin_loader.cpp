@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <sstream>
 
@@ -47,69 +48,121 @@ fs::path executable_dir() {
 std::mutex loaded_mutex;
 std::vector<void*> loaded_handles;
 
-// The plugin's algorithm behind a wall: whatever a call throws leaves as a fax::Error naming the
+// Runs `f`, a call into a plugin's code: whatever it throws leaves as a fax::Error naming the
 // plugin and the call (fax's own errors, which already say what went wrong, pass unchanged), so a
 // plugin that throws an int or a std::bad_alloc neither terminates fax nor passes for fax's own
 // internal error.
-class GuardedAlgorithm final : public Algorithm {
+template <class F>
+auto guarded(const std::string& who, const char* call, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error&) {
+    throw;
+  } catch (const InternalError&) {
+    throw;
+  } catch (...) {
+    // Running out of memory is the run's size, not the plugin's fault: it leaves as it came.
+    if (detail::is_out_of_memory(std::current_exception())) throw;
+    throw Error(fmt::format("{} failed in {}(): {}", who, call, detail::describe(std::current_exception())));
+  }
+}
+
+// What a plugin made, deleted by the plugin's own code.
+class Made {
  public:
-  GuardedAlgorithm(Algorithm* inner, const FaxPluginInfo* info, std::string who)
-      : inner_(inner), info_(info), who_(std::move(who)) {}
-  ~GuardedAlgorithm() override {
+  Made(void* made, const FaxPluginInfo* info, std::string who) : made_(made), info_(info), who_(std::move(who)) {}
+  ~Made() {
     try {
-      info_->destroy(inner_);
+      info_->destroy(made_);
     } catch (...) {
-      warn(fmt::format("{}: its algorithm threw while being destroyed", who_));
+      warn(fmt::format("{}: threw while being destroyed", who_));
     }
   }
-
-  ServerState init(const Config& config, const Model& model, TensorTree initial_params) override {
-    return guarded("init", [&] { return inner_->init(config, model, std::move(initial_params)); });
-  }
-  RoundMetrics round(ServerState& state, RoundContext& ctx) const override {
-    return guarded("round", [&] { return inner_->round(state, ctx); });
-  }
-  TensorTree eval_params(const ServerState& state) const override {
-    return guarded("eval_params", [&] { return inner_->eval_params(state); });
-  }
+  Made(const Made&) = delete;
+  Made& operator=(const Made&) = delete;
+  const std::string& who() const { return who_; }
 
  private:
-  template <class F>
-  auto guarded(const char* call, F&& f) const -> decltype(f()) {
-    try {
-      return f();
-    } catch (const Error&) {
-      throw;
-    } catch (const InternalError&) {
-      throw;
-    } catch (...) {
-      // Running out of memory is the run's size, not the plugin's fault: it leaves as it came.
-      if (detail::is_out_of_memory(std::current_exception())) throw;
-      throw Error(fmt::format("{} failed in {}(): {}", who_, call, detail::describe(std::current_exception())));
-    }
-  }
-
-  Algorithm* inner_;
+  void* made_;
   const FaxPluginInfo* info_;
   std::string who_;
 };
 
+// The plugin's algorithm behind a wall (guarded()).
+class GuardedAlgorithm final : public Algorithm {
+ public:
+  GuardedAlgorithm(Algorithm* inner, const FaxPluginInfo* info, std::string who)
+      : inner_(inner), made_(inner, info, std::move(who)) {}
+
+  ServerState init(const Config& config, const Model& model, TensorTree initial_params) override {
+    return guarded(made_.who(), "init", [&] { return inner_->init(config, model, std::move(initial_params)); });
+  }
+  RoundMetrics round(ServerState& state, RoundContext& ctx) const override {
+    return guarded(made_.who(), "round", [&] { return inner_->round(state, ctx); });
+  }
+  TensorTree eval_params(const ServerState& state) const override {
+    return guarded(made_.who(), "eval_params", [&] { return inner_->eval_params(state); });
+  }
+
+ private:
+  Algorithm* inner_;
+  Made made_;
+};
+
+// The plugin's model behind the same wall.
+class GuardedModel final : public Model {
+ public:
+  GuardedModel(Model* inner, const FaxPluginInfo* info, std::string who)
+      : inner_(inner), made_(inner, info, std::move(who)) {}
+
+  std::string describe() const override { return call("describe", [&] { return inner_->describe(); }); }
+  TensorTree init(at::Generator generator) const override {
+    return call("init", [&] { return inner_->init(std::move(generator)); });
+  }
+  at::Tensor forward(const TensorTree& params, const at::Tensor& x) const override {
+    return call("forward", [&] { return inner_->forward(params, x); });
+  }
+  int64_t forward_flops() const override { return call("forward_flops", [&] { return inner_->forward_flops(); }); }
+  int64_t num_parameters() const override { return call("num_parameters", [&] { return inner_->num_parameters(); }); }
+  int64_t activations_per_example() const override {
+    return call("activations_per_example", [&] { return inner_->activations_per_example(); });
+  }
+  std::optional<InputLayer> input_layer() const override {
+    return call("input_layer", [&] { return inner_->input_layer(); });
+  }
+  at::Tensor input_features(const TensorTree& params, const at::Tensor& x) const override {
+    return call("input_features", [&] { return inner_->input_features(params, x); });
+  }
+  at::Tensor forward_from_input_layer(const TensorTree& params, const at::Tensor& z) const override {
+    return call("forward_from_input_layer", [&] { return inner_->forward_from_input_layer(params, z); });
+  }
+
+ private:
+  template <class F>
+  auto call(const char* name, F&& f) const -> decltype(f()) {
+    return guarded(made_.who(), name, std::forward<F>(f));
+  }
+  Model* inner_;
+  Made made_;
+};
+
 // "algorithm plugin 'fedavg' (/path/fax_fedavg.so)": how errors name a plugin.
-std::string describe_plugin(const std::string& name, const std::string& path) {
-  return fmt::format("algorithm plugin '{}' ({})", name, path);
+std::string describe_plugin(const std::string& kind, const std::string& name, const std::string& path) {
+  return fmt::format("{} plugin '{}' ({})", kind, name, path);
 }
 
-// A new algorithm of the plugin `info`, guarded (GuardedAlgorithm).
-AlgorithmInstance create_guarded(const FaxPluginInfo* info, const std::string& who) {
+// A new object of the plugin `info`, made by its create() from `args`.
+void* create_from(const FaxPluginInfo* info, const std::string& who, const void* args) {
   void* created = nullptr;
   try {
-    created = info->create();
+    created = info->create(args);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", who, e.what()));
   } catch (...) {
-    throw Error(fmt::format("{} failed to create its algorithm: {}", who, detail::describe(std::current_exception())));
+    throw Error(fmt::format("{} failed to create its {}: {}", who, info->kind, detail::describe(std::current_exception())));
   }
-  FAX_CHECK(created != nullptr, "{} failed to create its algorithm", who);
-  return AlgorithmInstance(new GuardedAlgorithm(static_cast<Algorithm*>(created), info, who),
-                           [](Algorithm* a) { delete a; });
+  FAX_CHECK(created != nullptr, "{} failed to create its {}", who, info->kind);
+  return created;
 }
 
 // While a library's own code runs for the first time (its constructors in dlopen, its entry
@@ -151,7 +204,10 @@ char CrashNamesPlugin::message_[4096];
 
 }  // namespace
 
-std::shared_ptr<const Plugin> load_plugin_file(const std::string& path) {
+namespace {
+
+// Loads the library at `path` and checks what its entry point says against this fax.
+const FaxPluginInfo* open_library(const std::string& path) {
   FAX_CHECK(fs::exists(path), "plugin {}: no such file", path);
   const CrashNamesPlugin crash_names_plugin(path);
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -183,21 +239,73 @@ std::shared_ptr<const Plugin> load_plugin_file(const std::string& path) {
   FAX_CHECK(info->cxx11_abi == _GLIBCXX_USE_CXX11_ABI,
             "plugin {} was built with _GLIBCXX_USE_CXX11_ABI={}, but fax uses {}: rebuild the plugin", path,
             info->cxx11_abi, _GLIBCXX_USE_CXX11_ABI);
+  FAX_CHECK(info->kind != nullptr && info->name != nullptr && info->description != nullptr &&
+                (info->keys != nullptr || info->num_keys == 0) && info->create != nullptr && info->destroy != nullptr,
+            "plugin {}: its entry point returned an incomplete description", path);
+  const std::string kind = info->kind;
+  FAX_CHECK(kind == kAlgorithmPlugin || kind == kModelPlugin,
+            "plugin {}: unknown kind '{}' (this fax loads algorithm and model plugins)", path, kind);
+  return info;
+}
 
-  auto plugin = std::make_shared<Plugin>();
+// The library at `path`, which must be a plugin of `kind`, as a registry entry of type Entry.
+template <class Entry>
+std::shared_ptr<Entry> open_plugin(const std::string& path, const char* kind) {
+  const FaxPluginInfo* info = open_library(path);
+  const auto a = [](const std::string& k) { return (k == kAlgorithmPlugin ? "an " : "a ") + k; };
+  FAX_CHECK(std::string(info->kind) == kind, "plugin {} holds {}, not {}: name it in {}.name", path, a(info->kind),
+            a(kind), info->kind);
+  auto plugin = std::make_shared<Entry>();
   plugin->path = path;
   plugin->name = info->name;
   plugin->description = info->description;
   plugin->fax_version = info->fax_version;
   plugin->torch_version = info->torch_version;
   plugin->info = info;
-  plugin->create = [info, who = describe_plugin(plugin->name, path)] { return create_guarded(info, who); };
   for (size_t i = 0; i < info->num_keys; ++i) {
     const FaxPluginKey& k = info->keys[i];
     plugin->keys.push_back({k.name, parse_key_type(k.type, k.name, path), k.default_value, k.doc, k.min, k.max,
                             k.min_exclusive != 0, split(k.choices, ',')});
   }
   return plugin;
+}
+
+}  // namespace
+
+std::shared_ptr<const Plugin> load_plugin_file(const std::string& path) {
+  auto plugin = open_plugin<Plugin>(path, kAlgorithmPlugin);
+  plugin->create = [info = plugin->info, who = describe_plugin(kAlgorithmPlugin, plugin->name, path)] {
+    auto* inner = static_cast<Algorithm*>(create_from(info, who, nullptr));
+    return AlgorithmInstance(new GuardedAlgorithm(inner, info, who), [](Algorithm* a) { delete a; });
+  };
+  return plugin;
+}
+
+std::shared_ptr<const ModelPlugin> load_model_plugin_file(const std::string& path) {
+  auto plugin = open_plugin<ModelPlugin>(path, kModelPlugin);
+  plugin->create = [info = plugin->info, who = describe_plugin(kModelPlugin, plugin->name, path)](
+                       const Config& config, const ModelShape& shape) -> std::unique_ptr<Model> {
+    const ModelPluginArgs args{&config, &shape};
+    auto* inner = static_cast<Model*>(create_from(info, who, &args));
+    return std::make_unique<GuardedModel>(inner, info, who);
+  };
+  return plugin;
+}
+
+std::string plugin_kind(const std::string& path) { return open_library(path)->kind; }
+
+std::string file_fingerprint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  FAX_CHECK(in.good(), "cannot read {}", path);
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a
+  int64_t size = 0;
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
+    for (std::streamsize i = 0; i < in.gcount(); ++i) hash = (hash ^ static_cast<unsigned char>(buffer[i])) * 1099511628211ull;
+    size += in.gcount();
+  }
+  FAX_CHECK(!in.bad(), "cannot read {}", path);
+  return fmt::format("({} bytes, FNV-1a {:016x})", size, hash);
 }
 
 PluginLoader::PluginLoader(std::vector<std::string> plugin_dirs) : search_path_(std::move(plugin_dirs)) {
@@ -208,18 +316,31 @@ PluginLoader::PluginLoader(std::vector<std::string> plugin_dirs) : search_path_(
   if (!exe.empty()) search_path_.push_back((exe.parent_path() / "lib" / "fax" / "plugins").string());
 }
 
-std::shared_ptr<const Plugin> PluginLoader::load(const std::string& name) const {
-  if (name.find('/') != std::string::npos) return load_plugin_file(name);
-  const std::string file = "fax_" + name + ".so";
+std::optional<std::string> PluginLoader::locate(const std::string& name) const {
+  if (name.find('/') != std::string::npos) return name;
   for (const auto& dir : search_path_) {
-    const fs::path candidate = fs::path(dir) / file;
-    if (fs::exists(candidate)) return load_plugin_file(candidate.string());
+    const fs::path candidate = fs::path(dir) / ("fax_" + name + ".so");
+    if (fs::exists(candidate)) return candidate.string();
   }
+  return std::nullopt;
+}
+
+std::string PluginLoader::find(const std::string& name, const char* kind) const {
+  if (const auto path = locate(name)) return *path;
+  const std::string file = "fax_" + name + ".so";
   // The names of the files only: loading every plugin to list them would run their code.
   std::vector<std::string> available;
   for (const auto& path : candidates()) available.push_back(fs::path(path).stem().string().substr(4));
-  throw Error(fmt::format("algorithm plugin '{}' not found: no {} in {} (available: {})", name, file,
+  throw Error(fmt::format("{} plugin '{}' not found: no {} in {} (available: {})", kind, name, file,
                           fmt::join(search_path_, ", "), available.empty() ? "none" : fmt::to_string(fmt::join(available, ", "))));
+}
+
+std::shared_ptr<const Plugin> PluginLoader::load(const std::string& name) const {
+  return load_plugin_file(find(name, kAlgorithmPlugin));
+}
+
+std::shared_ptr<const ModelPlugin> PluginLoader::load_model(const std::string& name) const {
+  return load_model_plugin_file(find(name, kModelPlugin));
 }
 
 std::vector<std::string> PluginLoader::candidates() const {

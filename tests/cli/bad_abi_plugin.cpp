@@ -3,6 +3,6 @@
 
 extern "C" __attribute__((visibility("default"))) const FaxPluginInfo* fax_plugin_info(void) {
   static const FaxPluginInfo info = {FAX_PLUGIN_ABI_VERSION + 998, "9.9.0", TORCH_VERSION, _GLIBCXX_USE_CXX11_ABI,
-                                     "badabi", "built for another plugin ABI", nullptr, 0, nullptr, nullptr};
+                                     "algorithm", "badabi", "built for another plugin ABI", nullptr, 0, nullptr, nullptr};
   return &info;
 }

@@ -292,6 +292,32 @@ PY
     run_expect 2 "algorithm plugin 'nope' not found: no fax_nope\.so in .*available: .*fedavg" -- \
       "$FAX_RUN" run "$experiment" --set algorithm.name=nope
     ;;
+  model_plugin)
+    # The template model plugin trains through fax-run, with the same bits on 1 and 2 executors;
+    # its keys are checked and listed; plugins of the wrong kind and unknown models are refused.
+    model=(--set model.name=example_model --set model.hidden=16 --set rounds=4 --set execution.logical_shards=2)
+    for e in 1 2; do
+      run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/e$e.h5" "${model[@]}" --set execution.executors=$e
+    done
+    "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/e1.h5" "$WORK/e2.h5" 4 || fail "1 and 2 executors differ"
+    "$PYTHON" - "$WORK/e1.h5" <<'PY' || fail "the run log does not name the model plugin"
+import sys, h5py
+env = h5py.File(sys.argv[1])["env"].attrs
+assert env["model"].startswith("example_model("), env["model"]
+assert env["model_plugin"].endswith("fax_example_model.so"), env["model_plugin"]
+assert "from plugin (" in env["identity"], env["identity"]
+PY
+    run_expect 0 "" -- "$FAX_RUN" plugins
+    grep -q "^example_model  (model;" "$WORK/stdout" && grep -q "model.hidden " "$WORK/stdout" || fail "not listed"
+    run_expect 2 "unknown key 'model\.hiden' \(did you mean 'model\.hidden'\?\)" -- \
+      "$FAX_RUN" run "$experiment" --set model.name=example_model --set model.hiden=3
+    run_expect 2 "fax_fedavg\.so holds an algorithm, not a model: name it in algorithm\.name" -- \
+      "$FAX_RUN" run "$experiment" --set model.name=fedavg
+    run_expect 2 "fax_example_model\.so holds a model, not an algorithm: name it in model\.name" -- \
+      "$FAX_RUN" run "$experiment" --set algorithm.name=example_model
+    run_expect 2 "unknown model 'nope' \(built in: softmax_regression, mlp, cnn, lenet, resnet18_gn, transformer; nor is there a model plugin fax_nope\.so in " -- \
+      "$FAX_RUN" run "$experiment" --set model.name=nope
+    ;;
   missing_file)
     run_expect 2 "nowhere\.yaml: cannot open the experiment file" -- "$FAX_RUN" run "$WORK/nowhere.yaml"
     ;;

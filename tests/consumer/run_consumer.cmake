@@ -1,8 +1,8 @@
 # Configures, builds and runs an out-of-tree consumer of fax.
 #   VARIANT=build_tree: the consumer project against the build tree's package;
 #   VARIANT=install:    the same against a fresh `cmake --install` prefix;
-#   VARIANT=plugin:     plugins/example built on its own against that prefix, then run by the
-#                       installed fax-run through --plugin-dir.
+#   VARIANT=plugin:     plugins/example and plugins/example_model built on their own against that
+#                       prefix, then run by the installed fax-run through --plugin-dir.
 function(step)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
@@ -29,15 +29,26 @@ endif()
 step("${CMAKE_COMMAND}" -S "${source}" -B "${WORK_DIR}/build" -G "${GENERATOR}"
      "-DCMAKE_CXX_COMPILER=${CXX}" -DCMAKE_BUILD_TYPE=Release "${locate}")
 step("${CMAKE_COMMAND}" --build "${WORK_DIR}/build")
+if(VARIANT STREQUAL "plugin")
+  # The model plugin in a folder of its own, so that both are found through --plugin-dir.
+  step("${CMAKE_COMMAND}" -S "${MODEL_PLUGIN_DIR}" -B "${WORK_DIR}/build-model" -G "${GENERATOR}"
+       "-DCMAKE_CXX_COMPILER=${CXX}" -DCMAKE_BUILD_TYPE=Release "${locate}")
+  step("${CMAKE_COMMAND}" --build "${WORK_DIR}/build-model")
+endif()
 
 if(VARIANT STREQUAL "plugin")
   file(WRITE "${WORK_DIR}/example.yaml"
-       "rounds: 3\ncohort:\n  size: 4\ndata:\n  clients: 20\nalgorithm:\n  name: example\n  client_lr: 0.05\n")
-  # FAX_PLUGIN_PATH is cleared so only --plugin-dir and the prefix are searched.
+       "rounds: 3\ncohort:\n  size: 4\ndata:\n  clients: 20\nmodel:\n  name: example_model\n  hidden: 8\n"
+       "algorithm:\n  name: example\n  client_lr: 0.05\n")
+  # FAX_PLUGIN_PATH is cleared so only --plugin-dir and the prefix are searched; the out-of-tree
+  # folders come first, so their plugins win over the installed ones of the same names.
   step("${CMAKE_COMMAND}" -E env FAX_PLUGIN_PATH= "${prefix}/bin/fax-run" run "${WORK_DIR}/example.yaml"
-       --plugin-dir "${WORK_DIR}/build" -o "${WORK_DIR}/example.h5")
+       --plugin-dir "${WORK_DIR}/build" --plugin-dir "${WORK_DIR}/build-model" -o "${WORK_DIR}/example.h5")
   if(NOT step_output MATCHES "algorithm: example \\(${WORK_DIR}/build/fax_example.so\\)")
     message(FATAL_ERROR "the installed fax-run did not run the out-of-tree plugin:\n${step_output}")
+  endif()
+  if(NOT step_output MATCHES "model: example_model\\(60 -> 8 -> 10\\) \\(${WORK_DIR}/build-model/fax_example_model.so\\)")
+    message(FATAL_ERROR "the installed fax-run did not run the out-of-tree model plugin:\n${step_output}")
   endif()
   if(NOT step_output MATCHES "round 3/3")
     message(FATAL_ERROR "the run did not finish:\n${step_output}")

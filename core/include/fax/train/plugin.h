@@ -1,12 +1,18 @@
 #pragma once
 
-/// The algorithm plugin ABI. A plugin is a shared library (built with fax_add_plugin) that defines
-/// a fax::Algorithm subclass and exports it with FAX_PLUGIN(Type). Type provides:
+/// The plugin ABI. A plugin is a shared library (built with fax_add_plugin) that exports one
+/// algorithm or one model:
 ///
-///   static constexpr const char* name = "fedavg";          // algorithm.name in experiments
+///   FAX_PLUGIN(Type): Type is a fax::Algorithm subclass, default-constructible;
+///   FAX_MODEL_PLUGIN(Type): Type is a fax::Model subclass constructed from
+///     (const fax::Config&, const fax::ModelShape&): the experiment and what the data needs.
+///
+/// Type provides:
+///
+///   static constexpr const char* name = "fedavg";          // algorithm.name or model.name
 ///   static constexpr const char* description = "...";      // one line
 ///   static const fax::Settings<Options>& settings();       // its settings (fax/base/settings.h),
-///                                                          // relative to "algorithm."
+///                                                          // relative to "algorithm." / "model."
 ///
 /// (or, instead of settings(), `static std::vector<fax::ConfigKey> keys();`).
 ///
@@ -24,16 +30,18 @@
 #include <fax/base/config.h>
 #include <fax/base/settings.h>
 #include <fax/base/version.h>
+#include <fax/nn/model.h>
 #include <fax/train/algorithm.h>
 
-/// Bumped whenever FaxPluginInfo, fax::Algorithm or the types it passes change incompatibly.
-#define FAX_PLUGIN_ABI_VERSION 3
+/// Bumped whenever FaxPluginInfo, fax::Algorithm, fax::Model or the types they pass change
+/// incompatibly.
+#define FAX_PLUGIN_ABI_VERSION 4
 #define FAX_PLUGIN_ENTRY_POINT "fax_plugin_info"
 
 extern "C" {
 
 typedef struct FaxPluginKey {
-  const char* name;           /* relative to "algorithm." */
+  const char* name;           /* relative to "algorithm." or "model." */
   const char* type;           /* "integer", "float", "bool" or "string" */
   const char* default_value;  /* YAML scalar text */
   const char* doc;
@@ -48,16 +56,32 @@ typedef struct FaxPluginInfo {
   const char* fax_version;    /* FAX_VERSION of the plugin's build */
   const char* torch_version;  /* TORCH_VERSION of the plugin's build */
   int cxx11_abi;              /* _GLIBCXX_USE_CXX11_ABI of the plugin's build */
+  const char* kind;           /* "algorithm" or "model" */
   const char* name;
   const char* description;
   const FaxPluginKey* keys;
   size_t num_keys;
-  void* (*create)(void);      /* a new fax::Algorithm, as void* */
+  /* A new fax::Algorithm (args: NULL) or fax::Model (args: a fax::ModelPluginArgs*), as void*. */
+  void* (*create)(const void* args);
   void (*destroy)(void*);
 } FaxPluginInfo;
 
 typedef const FaxPluginInfo* (*FaxPluginEntry)(void);
 }
+
+namespace fax {
+
+inline constexpr const char* kAlgorithmPlugin = "algorithm";
+inline constexpr const char* kModelPlugin = "model";
+
+/// What a model plugin's create() gets: the resolved experiment (its keys under "model.") and the
+/// shape the data set needs.
+struct ModelPluginArgs {
+  const Config* config;
+  const ModelShape* shape;
+};
+
+}  // namespace fax
 
 namespace fax::detail {
 
@@ -65,8 +89,8 @@ namespace fax::detail {
 class PluginInfoStorage {
  public:
   PluginInfoStorage(uint32_t abi_version, const char* fax_version, const char* torch_version, int cxx11_abi,
-                    const char* name, const char* description, std::vector<ConfigKey> keys,
-                    void* (*create)(void), void (*destroy)(void*));
+                    const char* kind, const char* name, const char* description, std::vector<ConfigKey> keys,
+                    void* (*create)(const void*), void (*destroy)(void*));
   const FaxPluginInfo* info() const { return &info_; }
 
  private:
@@ -90,13 +114,25 @@ std::vector<ConfigKey> plugin_keys() {
 
 }  // namespace fax::detail
 
-/// Exports `Type` (a fax::Algorithm with static name, description and settings()) as a plugin.
-#define FAX_PLUGIN(Type)                                                                       \
+/// The entry point of a plugin of `kind` whose create() is `create_expr` (a lambda of const void*).
+#define FAX_PLUGIN_ENTRY(Type, kind, Base, create_expr)                                        \
   extern "C" __attribute__((visibility("default"))) const FaxPluginInfo* fax_plugin_info(void) { \
     static const ::fax::detail::PluginInfoStorage storage(                                     \
-        FAX_PLUGIN_ABI_VERSION, FAX_VERSION, TORCH_VERSION, _GLIBCXX_USE_CXX11_ABI, Type::name,   \
-        Type::description, ::fax::detail::plugin_keys<Type>(),                                 \
-        []() -> void* { return static_cast<::fax::Algorithm*>(new Type()); },                 \
-        [](void* algorithm) { delete static_cast<::fax::Algorithm*>(algorithm); });            \
+        FAX_PLUGIN_ABI_VERSION, FAX_VERSION, TORCH_VERSION, _GLIBCXX_USE_CXX11_ABI, kind,         \
+        Type::name, Type::description, ::fax::detail::plugin_keys<Type>(), create_expr,        \
+        [](void* made) { delete static_cast<Base*>(made); });                                  \
     return storage.info();                                                                     \
   }
+
+/// Exports `Type` (a fax::Algorithm with static name, description and settings()) as a plugin.
+#define FAX_PLUGIN(Type)                                                                       \
+  FAX_PLUGIN_ENTRY(Type, ::fax::kAlgorithmPlugin, ::fax::Algorithm,                            \
+                   [](const void*) -> void* { return static_cast<::fax::Algorithm*>(new Type()); })
+
+/// Exports `Type` (a fax::Model with static name, description and settings(), constructed from
+/// (const fax::Config&, const fax::ModelShape&)) as a model plugin.
+#define FAX_MODEL_PLUGIN(Type)                                                                 \
+  FAX_PLUGIN_ENTRY(Type, ::fax::kModelPlugin, ::fax::Model, [](const void* args) -> void* {    \
+    const auto* a = static_cast<const ::fax::ModelPluginArgs*>(args);                          \
+    return static_cast<::fax::Model*>(new Type(*a->config, *a->shape));                        \
+  })
