@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -30,6 +31,7 @@
 #include <fax/runtime/experiment.h>
 #include <fax/runtime/worker.h>
 
+#include "bench_torchscript.h"
 #include "commands.h"
 #include "options.h"
 #include "setup.h"
@@ -245,6 +247,14 @@ class Bench {
     });
   }
 
+  // The idiomatic LibTorch loop over the case's clients for the TorchScript module at `path`
+  // (bench_torchscript.h), one thread: the median of `repeats` rounds.
+  double torchscript_loop_round_s(const Case& c, const std::string& path, int repeats) {
+    const Prepared p = prepare(c);
+    at::set_num_threads(1);
+    return median_seconds(repeats, torchscript_loop_round(*p.data, sample_cohort(*p.data, c.cohort, 0, 0), path, 10, 0.05));
+  }
+
   // The number of parameters of the case's model.
   int64_t parameters(const Case& c) {
     const Prepared p = prepare(c);
@@ -288,7 +298,7 @@ class Bench {
     ExperimentSetup setup = resolve_experiment(parse_config(c.yaml(), "fax-run bench"), loader_);
     auto& slot = data_[c.data];
     if (!slot) slot = setup.dataset->create(setup.config);
-    auto model = setup.model->create(setup.config, {slot->input_shape(), slot->num_classes()});
+    auto model = setup.model->create(setup.config, model_shape(*slot));
     return {std::move(setup), slot.get(), std::move(model)};
   }
 
@@ -482,6 +492,26 @@ int bench_command(const BenchOptions& options) {
   m.emplace_back("overhead/ratio", fed_s / plain);
   m.emplace_back("overhead/factored_round_s", factored_s);
 
+  say("TorchScript MLP (a module compiled from TorchScript source): a FedAvg round vs the idiomatic LibTorch loop "
+      "over the same clients (cohort 16, 1 thread)");
+  const std::string module_file =
+      (std::filesystem::temp_directory_path() / fmt::format("fax-bench-{}-mlp.pt", ::getpid())).string();
+  save_torchscript_mlp(module_file);
+  const Case torchscript_case{kFmnist, fmt::format("  name: torchscript\n  path: {}\n", module_file), 16, 1, 1, 0, rounds};
+  // Alternated three times, the median pair kept, as for the federated overhead.
+  std::vector<std::pair<double, double>> torchscript_pairs;
+  for (int i = 0; i < 3; ++i) {
+    const double fed = bench.time(torchscript_case).round_s;
+    torchscript_pairs.emplace_back(fed, bench.torchscript_loop_round_s(torchscript_case, module_file, rounds));
+  }
+  std::filesystem::remove(module_file);
+  std::sort(torchscript_pairs.begin(), torchscript_pairs.end(),
+            [](const auto& a, const auto& b) { return a.first / a.second < b.first / b.second; });
+  const auto [torchscript_s, torchscript_loop_s] = torchscript_pairs[1];
+  m.emplace_back("torchscript/round_s", torchscript_s);
+  m.emplace_back("torchscript/loop_round_s", torchscript_loop_s);
+  m.emplace_back("torchscript/ratio", torchscript_s / torchscript_loop_s);
+
   auto get = [&](const std::string& name) {
     for (const auto& [k, v] : m)
       if (k == name) return v;
@@ -513,8 +543,11 @@ int bench_command(const BenchOptions& options) {
        fmt::format("{:.3f} / {:.3f} s ({:.2f}x)", fed_s, plain, fed_s / plain), "<= 1.10x"},
       {"  same, factored input layer / plain loop",
        fmt::format("{:.3f} / {:.3f} s ({:.2f}x)", factored_s, plain, factored_s / plain), ""},
+      {"TorchScript MLP c=16, fax / LibTorch loop",
+       fmt::format("{:.3f} / {:.3f} s ({:.2f}x)", torchscript_s, torchscript_loop_s, torchscript_s / torchscript_loop_s),
+       "<= 1.15x"},
   };
-  rows.insert(rows.end() - 2, plane_rows.begin(), plane_rows.end());
+  rows.insert(rows.end() - 3, plane_rows.begin(), plane_rows.end());
   std::printf("\nfax-run bench %s, %d executor(s), %d hardware threads%s\n", FAX_VERSION, executors, cores,
               options.quick ? ", --quick" : "");
   for (const auto& r : rows) std::printf("  %-46s %-28s %s\n", r.name.c_str(), r.value.c_str(), r.target.c_str());

@@ -180,7 +180,7 @@ int execute(const ExperimentSetup& setup, const std::string& source, const std::
   const int64_t data_bytes = setup.dataset->estimate_bytes ? setup.dataset->estimate_bytes(config) : 0;
   if (!force) check_resources(estimate_resources(config, data_bytes, nullptr, on_workers), machine, false);
   const auto data = setup.dataset->create(config);
-  const auto model = setup.model->create(config, {data->input_shape(), data->num_classes()});
+  const auto model = setup.model->create(config, model_shape(*data));
   const std::string forced_resources =
       check_resources(estimate_resources(config, data_bytes, model.get(), on_workers), machine, force);
   // Every run ends with an evaluation: an empty test split would fail it after all the rounds.
@@ -262,10 +262,12 @@ int execute(const ExperimentSetup& setup, const std::string& source, const std::
   return 0;
 }
 
-// What a run reads, which its log must not overwrite: the experiment, the data files, the plugin.
+// What a run reads, which its log must not overwrite: the experiment, the data files, the plugins,
+// a TorchScript model's file.
 std::vector<std::string> experiment_inputs(const ExperimentSetup& setup, const std::string& experiment) {
   std::vector<std::string> inputs{experiment, setup.plugin->path};
-  for (const char* key : {"data.path", "data.test_path"})
+  if (setup.model_plugin) inputs.push_back(setup.model_plugin->path);
+  for (const char* key : {"data.path", "data.test_path", "model.path"})
     if (setup.config.has(key)) inputs.push_back(setup.config.get_string(key));
   return inputs;
 }

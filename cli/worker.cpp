@@ -59,13 +59,13 @@ int worker_command(const WorkerCommandOptions& options) {
     w->setup = resolve_experiment(parse_config(experiment, options.connect + ":/config"), loader);
     const Config& config = w->setup.config;
     w->data = w->setup.dataset->create(config);
-    w->model = w->setup.model->create(config, {w->data->input_shape(), w->data->num_classes()});
+    w->model = w->setup.model->create(config, model_shape(*w->data));
     w->algorithm = w->setup.plugin->create();
     w->experiment = std::make_unique<Experiment>(config, *w->algorithm, *w->model, *w->data);
     w->experiment->init();
     WorkerSetup ws;
     ws.threads = static_cast<int>(config.get_int("execution.threads"));
-    ws.vectorize = config.get_int("execution.vectorize");
+    ws.vectorize = w->experiment->mesh_options().vectorize;  // the model may choose it
     ws.identity = experiment_identity(w->setup, *w->data, *w->model);
     Experiment* e = w->experiment.get();
     ws.run = [e](Program& p, TaskKind kind, const TensorTree& input) {

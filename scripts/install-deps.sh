@@ -8,7 +8,7 @@ packages=(
   libtorch-dev libopenblas0-openmp libdnnl-dev
   libtensorpipe-dev libgloo-dev libyaml-cpp-dev libfmt-dev libcli11-dev
   libhdf5-dev libgtest-dev zlib1g-dev libgoogle-perftools-dev
-  dataset-fashion-mnist python3-h5py bc
+  dataset-fashion-mnist python3-h5py python3-torch bc
   clang libclang-rt-14-dev
 )
 

@@ -36,7 +36,11 @@ class FedSgd final : public fax::Algorithm {
     const auto at_clients = fax::broadcast(fax::Server<fax::TensorTree>(x));
     const auto losses = fax::full_batch_losses(ctx, at_clients);
     const at::Tensor loss = fax::weighted_mean(losses, ctx.example_counts()).value();
-    const auto grads = torch::autograd::grad({loss}, x.tensors());
+    // A model's buffers (BatchNorm statistics) take no part in the loss's graph: no gradient, no step.
+    std::vector<at::Tensor> grads = torch::autograd::grad({loss}, x.tensors(), {}, false, false, true);
+    const std::vector<at::Tensor> leaves = x.tensors();
+    for (size_t i = 0; i < grads.size(); ++i)
+      if (!grads[i].defined()) grads[i] = at::zeros_like(leaves[i]);
     const fax::TensorTree gradient = x.with_tensors(grads);
     state.params = fax::axpy(-server_lr_, gradient, fax::detach(x));
 

@@ -98,6 +98,8 @@ Experiment::Experiment(const Config& config, Algorithm& algorithm, const Model& 
       data_(data),
       remote_(remote),
       mesh_options_(fax::mesh_options(config)) {
+  // execution.vectorize 0 leaves the chunk to the model: a whole logical shard for batched models.
+  if (mesh_options_.vectorize == 0) mesh_options_.vectorize = model.preferred_chunk();
   // Checked before any round (and before a run log is written).
   FAX_CHECK(config.get_int("cohort.size") <= data.num_clients(),
             "{}: cohort.size ({}) is larger than the population of {}", config.origin("cohort.size").str(),
@@ -149,9 +151,9 @@ Server<TensorTree> Experiment::program(Program& p, TaskKind kind, const TensorTr
       for (int64_t b = begin; b < end; b += kEvalBatch) {
         check_interrupt();
         const int64_t n = std::min(kEvalBatch, end - b);
-        const at::Tensor logits = model_.forward(input, test.x.narrow(0, b, n));
+        const at::Tensor logits = model_.forward_eval(input, test.x.narrow(0, b, n));
         const at::Tensor y = test.y.narrow(0, b, n);
-        acc[0] += per_example(cross_entropy(logits, y), 1).sum().to(at::kDouble);
+        acc[0] += per_example(model_.loss(logits, y), 1).sum().to(at::kDouble);
         acc[1] += per_example(correct(logits, y), 1).sum().to(at::kDouble);
         acc[2] += static_cast<double>(n);
       }

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include <fax/base/error.h>
+#include <fax/base/fingerprint.h>
 #include <fax/train/plugin.h>
 
 namespace fax {
@@ -122,6 +123,9 @@ class GuardedModel final : public Model {
   at::Tensor forward(const TensorTree& params, const at::Tensor& x) const override {
     return call("forward", [&] { return inner_->forward(params, x); });
   }
+  at::Tensor forward_eval(const TensorTree& params, const at::Tensor& x) const override {
+    return call("forward_eval", [&] { return inner_->forward_eval(params, x); });
+  }
   int64_t forward_flops() const override { return call("forward_flops", [&] { return inner_->forward_flops(); }); }
   int64_t num_parameters() const override { return call("num_parameters", [&] { return inner_->num_parameters(); }); }
   int64_t activations_per_example() const override {
@@ -136,6 +140,13 @@ class GuardedModel final : public Model {
   at::Tensor forward_from_input_layer(const TensorTree& params, const at::Tensor& z) const override {
     return call("forward_from_input_layer", [&] { return inner_->forward_from_input_layer(params, z); });
   }
+  at::Tensor loss(const at::Tensor& logits, const at::Tensor& labels) const override {
+    return call("loss", [&] { return inner_->loss(logits, labels); });
+  }
+  bool is_buffer(const std::string& leaf) const override {
+    return call("is_buffer", [&] { return inner_->is_buffer(leaf); });
+  }
+  int64_t preferred_chunk() const override { return call("preferred_chunk", [&] { return inner_->preferred_chunk(); }); }
 
  private:
   template <class F>
@@ -297,15 +308,15 @@ std::string plugin_kind(const std::string& path) { return open_library(path)->ki
 std::string file_fingerprint(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   FAX_CHECK(in.good(), "cannot read {}", path);
-  uint64_t hash = 14695981039346656037ull;  // FNV-1a
+  uint64_t hash = fnv1a({});
   int64_t size = 0;
   char buffer[1 << 16];
   while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
-    for (std::streamsize i = 0; i < in.gcount(); ++i) hash = (hash ^ static_cast<unsigned char>(buffer[i])) * 1099511628211ull;
+    hash = fnv1a({buffer, static_cast<size_t>(in.gcount())}, hash);
     size += in.gcount();
   }
   FAX_CHECK(!in.bad(), "cannot read {}", path);
-  return fmt::format("({} bytes, FNV-1a {:016x})", size, hash);
+  return describe_fingerprint(size, hash);
 }
 
 PluginLoader::PluginLoader(std::vector<std::string> plugin_dirs) : search_path_(std::move(plugin_dirs)) {

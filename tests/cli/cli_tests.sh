@@ -315,8 +315,46 @@ PY
       "$FAX_RUN" run "$experiment" --set model.name=fedavg
     run_expect 2 "fax_example_model\.so holds a model, not an algorithm: name it in model\.name" -- \
       "$FAX_RUN" run "$experiment" --set algorithm.name=example_model
-    run_expect 2 "unknown model 'nope' \(built in: softmax_regression, mlp, cnn, lenet, resnet18_gn, transformer; nor is there a model plugin fax_nope\.so in " -- \
+    run_expect 2 "unknown model 'nope' \(built in: softmax_regression, mlp, cnn, lenet, resnet18_gn, transformer, torchscript; nor is there a model plugin fax_nope\.so in " -- \
       "$FAX_RUN" run "$experiment" --set model.name=nope
+    ;;
+  torchscript)
+    # A PyTorch MLP exported to TorchScript trains through fax-run with the same bits on 1 and 2
+    # executors and on 2 remote workers; a worker whose .pt file differs is refused; a file that is
+    # not a module, a module of the wrong width and a missing file exit 2 with one line.
+    cd "$WORK" || fail "no work folder"
+    "$PYTHON" "$FAX_SOURCE_DIR/experiments/fmnist_torchscript.py" net.pt --sizes 60,32,10 || fail "export failed"
+    ts=(--set model.name=torchscript --set model.path=net.pt --set rounds=4 --set execution.logical_shards=2
+        --set algorithm.client_momentum=0.5)
+    for e in 1 2; do
+      run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/e$e.h5" "${ts[@]}" --set execution.executors=$e
+    done
+    "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/e1.h5" "$WORK/e2.h5" 4 || fail "1 and 2 executors differ"
+    echo "fax-test-token" > "$WORK/token"
+    port=$(free_port)
+    for i in 0 1; do start_worker "w$i.log" -q; done
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/remote.h5" "${ts[@]}" --workers 2 \
+      --listen "127.0.0.1:$port" --token-file "$WORK/token" "${collectives[@]}"
+    for pid in "${workers[@]}"; do wait "$pid" || fail "a worker exited $? after the run"; done
+    "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/e1.h5" "$WORK/remote.h5" 4 || fail "local and remote differ"
+    # The worker resolves model.path in its own folder, where net.pt is another export.
+    mkdir -p "$WORK/other" && cd "$WORK/other" || fail "no folder"
+    "$PYTHON" "$FAX_SOURCE_DIR/experiments/fmnist_torchscript.py" net.pt --sizes 60,32,10 --seed 1 || fail "export failed"
+    port=$(free_port)
+    start_worker other.log
+    cd "$WORK" || fail "no work folder"
+    run_expect 2 "worker .* resolved the experiment differently: it has .*model torchscript\(net\.pt \([0-9]+ bytes, FNV-1a [0-9a-f]{16}\)" -- \
+      "$FAX_RUN" run "$experiment" -o "$WORK/other.h5" "${ts[@]}" --workers 1 --listen "127.0.0.1:$port" \
+      --token-file "$WORK/token"
+    echo "not a module" > text.pt
+    run_expect 2 "model\.path: text\.pt is not a TorchScript module" -- "$FAX_RUN" run "$experiment" -o x.h5 "${ts[@]}" \
+      --set model.path=text.pt
+    "$PYTHON" "$FAX_SOURCE_DIR/experiments/fmnist_torchscript.py" narrow.pt --sizes 60,32,7 || fail "export failed"
+    run_expect 2 "model\.path: narrow\.pt: forward\(\) maps inputs \[2, 60\] to \[2, 7\], but the data set needs \[2, 10\]" -- \
+      "$FAX_RUN" run "$experiment" -o x.h5 "${ts[@]}" --set model.path=narrow.pt
+    run_expect 2 "model\.path: gone\.pt: No such file or directory" -- "$FAX_RUN" run "$experiment" -o x.h5 "${ts[@]}" \
+      --set model.path=gone.pt
+    [[ ! -e x.h5 ]] || fail "a refused run wrote a log"
     ;;
   missing_file)
     run_expect 2 "nowhere\.yaml: cannot open the experiment file" -- "$FAX_RUN" run "$WORK/nowhere.yaml"

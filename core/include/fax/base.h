@@ -6,6 +6,7 @@
 #include <fax/base/cohort.h>
 #include <fax/base/config.h>
 #include <fax/base/error.h>
+#include <fax/base/fingerprint.h>
 #include <fax/base/interrupt.h>
 #include <fax/base/registry.h>
 #include <fax/base/rng.h>

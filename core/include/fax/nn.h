@@ -5,3 +5,4 @@
 #include <fax/nn/builtin_models.h>
 #include <fax/nn/layers.h>
 #include <fax/nn/model.h>
+#include <fax/nn/torchscript.h>

@@ -8,6 +8,7 @@
 #include <fax/base/error.h>
 #include <fax/base/settings.h>
 #include <fax/nn/layers.h>
+#include <fax/nn/torchscript.h>
 
 namespace fax {
 namespace {
@@ -464,6 +465,16 @@ const Settings<ResNetOptions>& resnet_settings() {
   return table;
 }
 
+struct TorchScriptSettings {
+  std::string path;
+};
+
+const Settings<TorchScriptSettings>& torchscript_settings() {
+  static const Settings<TorchScriptSettings> table = Settings<TorchScriptSettings>().add(
+      "path", &TorchScriptSettings::path, "the TorchScript file (torch.jit.save of a scripted or traced module)");
+  return table;
+}
+
 // The transformer's settings; its vocabulary and context come from the data.
 const Settings<TransformerOptions>& transformer_settings() {
   using O = TransformerOptions;
@@ -512,6 +523,11 @@ const std::vector<ModelEntry>& model_registry() {
          o.vocab = shape.num_classes;
          o.context = shape.input_shape[0];
          return std::make_unique<TransformerLm>(o);
+       }},
+      {"torchscript", "a PyTorch module saved with torch.jit.save (model.path), trained per client",
+       torchscript_settings().keys(),
+       [](const Config& c, const ModelShape& shape) -> std::unique_ptr<Model> {
+         return load_torchscript_model(torchscript_settings().read(c, "model").path, shape);
        }},
   };
   return registry;

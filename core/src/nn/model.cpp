@@ -32,6 +32,8 @@ at::Tensor Model::forward_from_input_layer(const TensorTree&, const at::Tensor&)
   throw Error(fmt::format("model {} has no input layer to continue from", describe()));
 }
 
+at::Tensor Model::loss(const at::Tensor& logits, const at::Tensor& labels) const { return cross_entropy(logits, labels); }
+
 const ModelEntry& find_model(const std::string& name) { return find_entry(model_registry(), name, "model"); }
 
 }  // namespace fax

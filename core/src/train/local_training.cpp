@@ -111,8 +111,9 @@ struct Step {
 // any unused slot) is worked out once for all steps.
 class StepTracker {
  public:
-  StepTracker(const ClientBatches& batches, const at::Tensor& step_size)
-      : divisor_(batches.counts().clamp_min(1.0).unbind(0)),
+  StepTracker(const Model& model, const ClientBatches& batches, const at::Tensor& step_size)
+      : model_(model),
+        divisor_(batches.counts().clamp_min(1.0).unbind(0)),
         // A client whose steps are over (no real example in a step) does not move. Unbound in one
         // node: the rates' gradient (to a learned step size) is then gathered once, not step by step.
         rates_((step_size * (batches.counts() > 0).to(batches.counts().scalar_type())).unbind(0)),
@@ -122,7 +123,7 @@ class StepTracker {
 
   // Step `s`, whose batch is `batch`.
   Step step(int64_t s, const at::Tensor& logits, const Batch& batch) {
-    const at::Tensor losses = per_example(cross_entropy(logits, batch.y), 2);
+    const at::Tensor losses = per_example(model_.loss(logits, batch.y), 2);
     // Every slot real: the mask is all ones, and multiplying by it would change no bit.
     const at::Tensor total = (batches_.fewest(s) == batch.mask.size(1) ? losses : losses * batch.mask).sum(1);
     sum_ += total.detach();
@@ -131,6 +132,7 @@ class StepTracker {
   at::Tensor mean() const { return sum_ / seen_.clamp_min(1.0); }
 
  private:
+  const Model& model_;
   std::vector<at::Tensor> divisor_, rates_;  // per step, [k]
   at::Tensor sum_, seen_;
   const ClientBatches& batches_;
@@ -155,6 +157,14 @@ void sgd_in_place(const std::vector<at::Tensor>& params, const std::vector<at::T
     if (!r.defined()) r = per_row(rates, params[j]);
     params[j].addcmul_(r, grads[j], -1);
   }
+}
+
+// The leaves local SGD steps: all but the model's buffers, in tree order.
+std::vector<at::Tensor> trained_leaves(const Model& model, const TensorTree& params) {
+  std::vector<at::Tensor> out;
+  for (const auto& [name, t] : params)
+    if (!model.is_buffer(name)) out.push_back(t);
+  return out;
 }
 
 // The directions SGD with weight decay and momentum steps along (LocalSgdOptions::momentum), from
@@ -204,9 +214,9 @@ LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, c
   const int64_t block = std::max<int64_t>(1, h / (2 * b));
   TensorTree rest;
   for (const auto& [name, t] : start)
-    if (name != layer.weight && name != layer.bias) rest.set(name, t.detach().clone().requires_grad_(true));
-  std::vector<at::Tensor> inputs = rest.tensors();
-  StepTracker tracker(batches, step_size);
+    if (name != layer.weight && name != layer.bias) rest.set(name, t.detach().clone().requires_grad_(!model.is_buffer(name)));
+  std::vector<at::Tensor> inputs = trained_leaves(model, rest);
+  StepTracker tracker(model, batches, step_size);
   std::optional<InputLayerFactors> factors;
   // f W for rows f [k, n, d]; clients that start from one broadcast W (a stride-0 clients axis)
   // share one product.
@@ -280,26 +290,31 @@ LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const
     return factored_local_sgd(model, *layer, batches, start, step_size, options.defer_input_layer);
   // Without create_graph the steps update a copy of `start` in place; with it they stay connected
   // to `start` (and to the rate), and a start that carries no graph gets fresh leaves to differentiate.
-  TensorTree params = start.map([&](const at::Tensor& t) {
-    if (!options.create_graph) return t.detach().clone().requires_grad_(true);
-    return t.requires_grad() ? t : t.detach().requires_grad_(true);
-  });
-  StepTracker tracker(batches, step_size);
+  // The model's buffers are fresh copies the forward pass updates in place.
+  TensorTree params;
+  for (const auto& [name, t] : start) {
+    if (model.is_buffer(name)) params.set(name, t.detach().clone());
+    else if (!options.create_graph) params.set(name, t.detach().clone().requires_grad_(true));
+    else params.set(name, t.requires_grad() ? t : t.detach().requires_grad_(true));
+  }
+  StepTracker tracker(model, batches, step_size);
   std::vector<at::Tensor> velocity;  // per leaf, with momentum
   for (int64_t s = 0; s < batches.steps(); ++s) {
     check_interrupt();
     const Batch batch = batches.batch(s);
     const Step step = tracker.step(s, model.forward(params, batch.x), batch);
     const at::Tensor objective = options.penalty ? step.objective + options.penalty(params) : step.objective;
-    std::vector<at::Tensor> grads = client_gradients(objective, params.tensors(), options.create_graph);
-    if (!plain_sgd) grads = momentum_directions(params.tensors(), std::move(grads), velocity, options);
+    const std::vector<at::Tensor> trained = trained_leaves(model, params);
+    std::vector<at::Tensor> grads = client_gradients(objective, trained, options.create_graph);
+    if (!plain_sgd) grads = momentum_directions(trained, std::move(grads), velocity, options);
     if (!options.create_graph) {
-      sgd_in_place(params.tensors(), grads, step.rates);
+      sgd_in_place(trained, grads, step.rates);
       continue;
     }
     std::vector<at::Tensor> next;
     size_t j = 0;
-    for (const auto& [name, p] : params) next.push_back(p - per_row(step.rates, p) * grads[j++]);
+    for (const auto& [name, p] : params)
+      next.push_back(model.is_buffer(name) ? p : p - per_row(step.rates, p) * grads[j++]);
     params = params.with_tensors(std::move(next));
   }
   return {options.create_graph ? params : detach(params), tracker.mean(), std::nullopt};

@@ -35,6 +35,9 @@ class Model {
   /// Fresh parameters (no clients axis) drawn from `generator`.
   virtual TensorTree init(at::Generator generator) const = 0;
   virtual at::Tensor forward(const TensorTree& params, const at::Tensor& x) const = 0;
+  /// The forward pass for evaluation (a module's eval mode: BatchNorm reads its running statistics
+  /// and changes nothing); the training forward pass unless the model differs.
+  virtual at::Tensor forward_eval(const TensorTree& params, const at::Tensor& x) const { return forward(params, x); }
   /// Multiply-adds times two of one example's forward pass, for FLOP counts.
   virtual int64_t forward_flops() const = 0;
   /// Elements of the tree init() returns, worked out without allocating it, so that fax-run can
@@ -53,6 +56,17 @@ class Model {
   /// The rest of the forward pass from the input layer's output z [..., outputs]. `params` need
   /// not hold the input layer's leaves. Only called when input_layer() names one.
   virtual at::Tensor forward_from_input_layer(const TensorTree& params, const at::Tensor& z) const;
+  /// The loss of outputs [..., classes] against int64 labels [...], one value per label: the
+  /// task's cross-entropy (next-token for text) unless the model has its own.
+  virtual at::Tensor loss(const at::Tensor& logits, const at::Tensor& labels) const;
+  /// Leaves that are state rather than parameters (a BatchNorm's running statistics): local SGD
+  /// takes no gradient in them; the forward pass updates them in place, and algorithms average
+  /// their change like any other leaf's.
+  virtual bool is_buffer(const std::string& /*leaf*/) const { return false; }
+  /// Clients per map_clients chunk when execution.vectorize is 0: 0 for a whole logical shard
+  /// (batched models: the more clients, the larger the products); a model that runs client by
+  /// client keeps its chunk's working set in cache with a few.
+  virtual int64_t preferred_chunk() const { return 0; }
 };
 
 /// Cross-entropy of logits [..., classes] against int64 labels [...], per label.
@@ -68,6 +82,7 @@ at::Tensor per_example(const at::Tensor& per_label, int64_t example_dims);
 struct ModelShape {
   std::vector<int64_t> input_shape;
   int64_t num_classes = 0;
+  at::ScalarType input_type = at::kFloat;  ///< the inputs' type: int64 token ids for text
 };
 
 /// Models fax builds by name (`model.name` in an experiment); keys relative to "model.".

@@ -6,6 +6,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <fax/nn/model.h>
+
 namespace fax {
 
 class FederatedDataset;
@@ -39,5 +41,10 @@ class FederatedDataset {
   virtual std::vector<int64_t> input_shape() const = 0;
   virtual int64_t num_classes() const = 0;
 };
+
+/// What a model needs to know of `data`: its inputs' shape and type, its classes.
+inline ModelShape model_shape(const FederatedDataset& data) {
+  return {data.input_shape(), data.num_classes(), data.test().x.scalar_type()};
+}
 
 }  // namespace fax

@@ -1,0 +1,118 @@
+#pragma once
+
+// What the plugin contract suites share: a small federated problem, runs of an algorithm and a
+// model on it through the experiment driver, and the checks of bit-identity over executor counts
+// and over a resume from a checkpoint file.
+
+#include <cstring>
+#include <filesystem>
+
+#include <fax/datasets/in_memory.h>
+#include <fax/io/config_yaml.h>
+#include <fax/io/run_log.h>
+#include <fax/runtime/experiment.h>
+#include <fax/runtime/plugin_loader.h>
+
+#include "../core/helpers.h"
+
+namespace fax::test {
+
+// 6 clients of examples shaped `shape`, 3 classes.
+inline std::unique_ptr<InMemoryDataset> small_data(std::vector<int64_t> shape) {
+  at::manual_seed(0);
+  const auto examples = [&](int64_t n) {
+    std::vector<int64_t> sizes{n};
+    sizes.insert(sizes.end(), shape.begin(), shape.end());
+    return Examples{at::randn(sizes), at::randint(0, 3, {n}, at::kLong)};
+  };
+  std::vector<Examples> clients;
+  for (int64_t n : {5, 3, 8, 4, 6, 2}) clients.push_back(examples(n));
+  return std::make_unique<InMemoryDataset>(clients, examples(10), 3);
+}
+
+inline void expect_same_bits(const TensorTree& a, const TensorTree& b) {
+  ASSERT_EQ(a.names(), b.names());
+  for (const auto& [name, t] : a) {
+    EXPECT_TRUE(test::bytes_of(t) == test::bytes_of(b.at(name))) << name;
+  }
+}
+
+// A run of an algorithm and a model on a small problem: 6 clients, 4 per round over 2 logical shards.
+class ContractRun {
+ public:
+  Config config(int executors, int rounds) const {
+    Config c = parse_config(fmt::format("rounds: {}\ncohort:\n  size: 4\nexecution:\n  executors: {}\n"
+                                        "  logical_shards: 2\nlogging:\n  eval_every: 1\n  checkpoint_every: 1\n{}",
+                                        rounds, executors, extra_yaml),
+                            "contract.yaml");
+    Schema schema = experiment_schema();
+    schema.add_all(plugin->keys, "algorithm");
+    c.resolve(schema);
+    return c;
+  }
+
+  // The final state of `rounds` rounds (resumed from `resume` when given), logged to `log`.
+  RunResult run(int executors, int rounds, RunLog* log = nullptr, const ResumePoint* resume = nullptr) const {
+    const Config c = config(executors, rounds);
+    auto algorithm = plugin->create();
+    Experiment experiment(c, *algorithm, *model, *data);
+    return experiment.run(log, {}, resume);
+  }
+
+  // Two rounds on 1 and 2 executors: trained, finite and with the same bits.
+  void expect_same_bits_on_one_and_two_executors() const {
+    const RunResult one = run(1, 2);
+    const RunResult two = run(2, 2);
+    EXPECT_EQ(one.rounds_done, 2);
+    // The rounds trained: the parameters moved from where init() put them.
+    const Config c = config(1, 2);
+    auto algorithm = plugin->create();
+    const ServerState initial = Experiment(c, *algorithm, *model, *data).init();
+    bool moved = false;
+    for (const auto& [name, t] : one.state.params) moved = moved || !at::equal(t, initial.params.at(name));
+    EXPECT_TRUE(moved);
+    expect_same_bits(one.state.params, two.state.params);
+    expect_same_bits(one.state.extra, two.state.extra);
+    for (const auto& [name, t] : one.state.params) EXPECT_TRUE(at::isfinite(t).all().item<bool>()) << name;
+    ASSERT_EQ(one.last.size(), two.last.size());
+    for (size_t i = 0; i < one.last.size(); ++i) {
+      if (one.last[i].first == "time/round_s") continue;
+      EXPECT_EQ(one.last[i].first, two.last[i].first);
+      EXPECT_EQ(std::memcmp(&one.last[i].second, &two.last[i].second, sizeof(double)), 0) << one.last[i].first;
+    }
+  }
+
+  // A run resumed from round 1's checkpoint file has the bits of one that never stopped.
+  void expect_resume_with_the_bits_of_an_uninterrupted_run(const std::string& name) const {
+    const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / ("contract-" + name);
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const std::string path = (dir / "run.h5").string();
+    {
+      RunLog log(path, config_to_yaml(config(2, 1)), {});
+      run(2, 1, &log);
+    }
+    const RunLogReader reader(path);
+    ASSERT_EQ(reader.checkpoint_rounds(), std::vector<int64_t>{1});
+    const ResumePoint point = resume_point(1, reader.checkpoint(1));
+    EXPECT_EQ(point.round, 1);
+    const RunResult resumed = run(2, 3, nullptr, &point);
+    const RunResult straight = run(2, 3);
+    EXPECT_EQ(resumed.rounds_done, 3);
+    // Rounds 2 and 3 ran after the resume: the state is not round 1's.
+    bool moved = false;
+    for (const auto& [leaf, t] : resumed.state.params) moved = moved || !at::equal(t, point.state.params.at(leaf));
+    EXPECT_TRUE(moved);
+    expect_same_bits(resumed.state.params, straight.state.params);
+    expect_same_bits(resumed.state.extra, straight.state.extra);
+    std::filesystem::remove_all(dir);
+  }
+
+  std::shared_ptr<const Plugin> plugin;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<InMemoryDataset> data;
+  std::string extra_yaml;  ///< appended to the experiment (e.g. an algorithm: section)
+};
+
+
+}  // namespace fax::test

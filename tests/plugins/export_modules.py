@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Writes the TorchScript modules the TorchScript model tests load: export_modules.py KIND OUT.pt
+
+bn:          dense, BatchNorm1d, ReLU, dense on 12 features, 3 classes (running statistics: buffers)
+custom_loss: a dense layer on 12 features whose loss(logits, labels) is twice the cross-entropy
+tensor:      not a module: a tensor saved with torch.save
+"""
+import sys
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class Bn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(12, 8)
+        self.norm = nn.BatchNorm1d(8)
+        self.fc2 = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.norm(self.fc1(x))))
+
+
+class CustomLoss(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(12, 3)
+
+    def forward(self, x):
+        return self.fc(x)
+
+    @torch.jit.export
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return 2.0 * F.cross_entropy(logits, labels, reduction="none")
+
+
+def main():
+    kind, out = sys.argv[1], sys.argv[2]
+    torch.manual_seed(0)
+    if kind == "tensor":
+        torch.save(torch.zeros(3), out)
+        return
+    module = {"bn": Bn, "custom_loss": CustomLoss}[kind]()
+    torch.jit.script(module).save(out)
+
+
+if __name__ == "__main__":
+    main()
