@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -8,6 +9,7 @@
 #include <memory>
 #include <optional>
 
+#include <ATen/ATen.h>
 #include <CLI/CLI.hpp>
 
 #include <fax/base/error.h>
@@ -272,6 +274,24 @@ std::vector<std::string> experiment_inputs(const ExperimentSetup& setup, const s
   return inputs;
 }
 
+// The partition a dry run describes: clients, their sizes and their labels (min / median / max).
+void print_partition_summary(const FederatedDataset& data) {
+  std::vector<int64_t> sizes, labels;
+  for (int64_t i = 0; i < data.num_clients(); ++i) {
+    const Examples ex = data.client(i);
+    sizes.push_back(ex.size());
+    labels.push_back(std::get<0>(at::_unique(ex.y.flatten())).numel());
+  }
+  const auto spread = [](std::vector<int64_t> v) {
+    std::sort(v.begin(), v.end());
+    return fmt::format("{} / {} / {}", v.front(), v[v.size() / 2], v.back());
+  };
+  std::printf("# data: %s\n# clients: %lld; examples per client (min / median / max): %s; labels per client: %s; "
+              "test examples: %lld\n",
+              data.describe().c_str(), static_cast<long long>(data.num_clients()), spread(sizes).c_str(),
+              spread(labels).c_str(), static_cast<long long>(data.test().size()));
+}
+
 }  // namespace
 
 int run_command(const RunOptions& options) {
@@ -280,6 +300,8 @@ int run_command(const RunOptions& options) {
   if (options.dry_run) {
     std::printf("# fax-run %s: resolved settings of %s (algorithm plugin: %s)\n%s", FAX_VERSION,
                 options.experiment.c_str(), setup.plugin->path.c_str(), config_to_yaml(setup.config).c_str());
+    std::fflush(stdout);
+    print_partition_summary(*setup.dataset->create(setup.config));
     return 0;
   }
   if (!options.quiet && !SweepSpec::from_file(options.experiment).empty()) {

@@ -1,5 +1,7 @@
 #include <fax/datasets/partition.h>
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 
 #include <fax/base/error.h>
@@ -80,6 +82,63 @@ std::vector<at::Tensor> dirichlet(const at::Tensor& labels, int64_t num_classes,
   return out;
 }
 
+std::vector<at::Tensor> label_quantity(const at::Tensor& labels, int64_t num_classes, const PartitionOptions& o,
+                                      at::Generator& g) {
+  // Each client's labels: its own i mod classes first, then distinct others at random.
+  std::vector<std::vector<int64_t>> held(o.clients);
+  std::vector<int64_t> holders(num_classes, 0);
+  for (int64_t i = 0; i < o.clients; ++i) {
+    held[i].push_back(i % num_classes);
+    while (static_cast<int64_t>(held[i].size()) < o.labels_per_client) {
+      const int64_t label = at::randint(num_classes, {1}, g, at::kLong).item<int64_t>();
+      if (std::find(held[i].begin(), held[i].end(), label) == held[i].end()) held[i].push_back(label);
+    }
+    for (int64_t label : held[i]) ++holders[label];
+  }
+  // Each label's examples, shuffled and cut evenly among its holders, in client order.
+  std::vector<std::vector<at::Tensor>> pieces(num_classes);
+  for (int64_t c = 0; c < num_classes; ++c) {
+    if (holders[c] == 0) continue;
+    const at::Tensor members = labels.eq(c).nonzero().flatten();
+    pieces[c] = cut(members.index_select(0, at::randperm(members.numel(), g, at::kLong)), holders[c]);
+  }
+  std::vector<int64_t> next(num_classes, 0);
+  std::vector<at::Tensor> out(o.clients);
+  for (int64_t i = 0; i < o.clients; ++i) {
+    std::vector<at::Tensor> mine;
+    for (int64_t c = 0; c < num_classes; ++c)  // in label order, whatever order they were drawn in
+      if (std::find(held[i].begin(), held[i].end(), c) != held[i].end()) mine.push_back(pieces[c][next[c]++]);
+    out[i] = at::cat(mine);
+  }
+  return out;
+}
+
+std::vector<at::Tensor> quantity_skew(const at::Tensor& labels, const PartitionOptions& o, at::Generator& g) {
+  const int64_t n = labels.numel();
+  const at::Tensor order = at::randperm(n, g, at::kLong);
+  const int64_t floor = std::max<int64_t>(o.min_examples, 1);
+  // Redrawn until every client gets its floor, as the benchmark does; bounded, for a beta so small
+  // that no draw ever does.
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const at::Tensor q = at::_sample_dirichlet(at::full({o.clients}, o.beta, at::kDouble), g);
+    const at::Tensor ends = (q.cumsum(0) / q.sum() * static_cast<double>(n)).floor().to(at::kLong).contiguous();
+    std::vector<int64_t> bounds(ends.data_ptr<int64_t>(), ends.data_ptr<int64_t>() + o.clients);
+    bounds.back() = n;
+    std::vector<at::Tensor> out;
+    int64_t begin = 0;
+    bool enough = true;
+    for (int64_t end : bounds) {
+      enough = enough && end - begin >= floor;
+      out.push_back(order.narrow(0, begin, std::max<int64_t>(end - begin, 0)));
+      begin = std::max(begin, end);
+    }
+    if (enough) return out;
+  }
+  throw Error(fmt::format("quantity_skew partition: 1000 draws from Dirichlet({}) over {} clients never gave every "
+                          "client {} of the {} examples; raise data.beta or lower data.min_examples",
+                          o.beta, o.clients, floor, n));
+}
+
 }  // namespace
 
 std::vector<at::Tensor> partition(const at::Tensor& labels, int64_t num_classes, const PartitionOptions& o) {
@@ -99,8 +158,16 @@ std::vector<at::Tensor> partition(const at::Tensor& labels, int64_t num_classes,
   } else if (o.kind == "dirichlet") {
     FAX_CHECK(o.alpha > 0, "dirichlet partition needs alpha > 0 (got {})", o.alpha);
     out = dirichlet(labels, num_classes, o, g);
+  } else if (o.kind == "label_quantity") {
+    FAX_CHECK(o.labels_per_client >= 1 && o.labels_per_client <= num_classes,
+              "label_quantity partition: data.labels_per_client must be 1 to the {} classes (got {})", num_classes,
+              o.labels_per_client);
+    out = label_quantity(labels, num_classes, o, g);
+  } else if (o.kind == "quantity_skew") {
+    FAX_CHECK(o.beta > 0, "quantity_skew partition needs beta > 0 (got {})", o.beta);
+    out = quantity_skew(labels, o, g);
   } else {
-    throw Error(fmt::format("unknown partition '{}' (iid, dirichlet, shards)", o.kind));
+    throw Error(fmt::format("unknown partition '{}' (iid, dirichlet, shards, label_quantity, quantity_skew)", o.kind));
   }
   for (size_t c = 0; c < out.size(); ++c) {
     FAX_CHECK(out[c].numel() >= o.min_examples, "{} partition: client {} got {} examples, fewer than {}", o.kind, c,

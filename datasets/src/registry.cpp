@@ -79,10 +79,13 @@ Settings<SyntheticOptions> synthetic_settings() {
 Settings<PartitionOptions> partition_settings() {
   using O = PartitionOptions;
   return Settings<O>()
-      .add("partition", &O::kind, "how the training set is split into clients", one_of({"iid", "dirichlet", "shards"}))
+      .add("partition", &O::kind, "how the training set is split into clients",
+           one_of({"iid", "dirichlet", "shards", "label_quantity", "quantity_skew"}))
       .add("clients", &O::clients, "clients", at_least(1))
       .add("alpha", &O::alpha, "dirichlet concentration: smaller, fewer classes per client", above(0, 1e9))
       .add("shards_per_client", &O::shards_per_client, "shards partition: label-sorted shards per client", at_least(1))
+      .add("labels_per_client", &O::labels_per_client, "label_quantity partition: labels per client (#C = k)", at_least(1))
+      .add("beta", &O::beta, "quantity_skew partition: Dirichlet concentration of client sizes", above(0, 1e9))
       .add("min_examples", &O::min_examples, "every client gets at least this many examples", at_least(1))
       .add("seed", &O::seed, "seed of the partition (independent of the training seed)");
 }

@@ -250,6 +250,10 @@ PY
   dry_run)
     run_expect 0 "" -- "$FAX_RUN" run "$experiment" --dry-run --set algorithm.client_lr=0.07
     grep -q "client_lr: 0.07" "$WORK/stdout" && grep -q "server_momentum: 0.0" "$WORK/stdout" || fail "dry run: $(cat "$WORK/stdout")"
+    grep -q "^# clients: 100; examples per client (min / median / max): [0-9]* / [0-9]* / [0-9]*; labels per client: " \
+      "$WORK/stdout" || fail "no partition summary: $(cat "$WORK/stdout")"
+    grep -q "^# clients: 100; examples per client (min / median / max): [0-9]* / [0-9]* / [0-9]*; labels per client: " \
+      "$WORK/stdout" || fail "no partition summary: $(cat "$WORK/stdout")"
     [[ ! -e synthetic_fedavg.h5 ]] || fail "a dry run wrote a run log"
     ;;
   plugins)

@@ -121,7 +121,81 @@ TEST_F(DatasetsTest, PartitionsAreDeterministicCompleteAndSkewed) {
   EXPECT_THROW(partition(labels, 10, impossible), Error);
   PartitionOptions unknown;
   unknown.kind = "random";
-  EXPECT_EQ(test::error_of([&] { partition(labels, 10, unknown); }), "unknown partition 'random' (iid, dirichlet, shards)");
+  EXPECT_EQ(test::error_of([&] { partition(labels, 10, unknown); }),
+            "unknown partition 'random' (iid, dirichlet, shards, label_quantity, quantity_skew)");
+}
+
+// #C = k (Li et al. 2022): every client holds exactly k labels, its own i mod 10 among them; each
+// label's examples are split evenly (sizes differ by at most one) among its holders; every example
+// is used once (with 20 clients every label has a holder).
+TEST_F(DatasetsTest, LabelQuantityGivesEachClientExactlyKLabels) {
+  const at::Tensor labels = at::randint(0, 10, {5000}, at::kLong);
+  for (int64_t k : {1, 2, 3}) {
+    PartitionOptions o;
+    o.kind = "label_quantity";
+    o.clients = 20;
+    o.labels_per_client = k;
+    const auto parts = partition(labels, 10, o);
+    ASSERT_EQ(parts.size(), 20u);
+    EXPECT_TRUE(at::equal(std::get<0>(at::cat(parts).sort()), at::arange(5000, at::kLong))) << "k " << k;
+    std::vector<std::vector<int64_t>> share(10);  // per label: each holder's count
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const at::Tensor mine = labels.index_select(0, parts[i]);
+      const at::Tensor held = std::get<0>(at::_unique(mine));
+      ASSERT_EQ(held.numel(), k) << "client " << i;
+      EXPECT_TRUE((held == static_cast<int64_t>(i % 10)).any().item<bool>()) << "client " << i << " lacks its own label";
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t label = held[j].item<int64_t>();
+        share[label].push_back(mine.eq(label).sum().item<int64_t>());
+      }
+    }
+    for (int64_t c = 0; c < 10; ++c) {
+      ASSERT_FALSE(share[c].empty());
+      const auto [lo, hi] = std::minmax_element(share[c].begin(), share[c].end());
+      EXPECT_LE(*hi - *lo, 1) << "label " << c << " is not split evenly";
+    }
+  }
+  PartitionOptions too_many;
+  too_many.kind = "label_quantity";
+  too_many.labels_per_client = 11;
+  EXPECT_EQ(test::error_of([&] { partition(labels, 10, too_many); }),
+            "label_quantity partition: data.labels_per_client must be 1 to the 10 classes (got 11)");
+}
+
+// Quantity skew: a partition of every example; client sizes spread as Dirichlet(beta) says: the
+// coefficient of variation of sizes, averaged over seeds, near its expectation sqrt((n - 1) /
+// (n beta + 1)) for n clients, and the label mix of every client near the whole set's.
+TEST_F(DatasetsTest, QuantitySkewSpreadsClientSizesAsDirichletBeta) {
+  const at::Tensor labels = at::randint(0, 10, {20000}, at::kLong);
+  for (double beta : {0.5, 5.0}) {
+    PartitionOptions o;
+    o.kind = "quantity_skew";
+    o.clients = 10;
+    o.beta = beta;
+    o.min_examples = 10;
+    double cv = 0;
+    const int seeds = 40;
+    for (int seed = 0; seed < seeds; ++seed) {
+      o.seed = static_cast<uint64_t>(seed);
+      const auto parts = partition(labels, 10, o);
+      ASSERT_TRUE(at::equal(std::get<0>(at::cat(parts).sort()), at::arange(20000, at::kLong)));
+      std::vector<double> sizes;
+      for (const auto& p : parts) {
+        EXPECT_GE(p.numel(), 10);
+        sizes.push_back(static_cast<double>(p.numel()));
+      }
+      const at::Tensor s = at::tensor(sizes, at::kDouble);
+      cv += (s.std(/*unbiased=*/false) / s.mean()).item<double>() / seeds;
+    }
+    const double expected = std::sqrt(9.0 / (10.0 * beta + 1.0));
+    EXPECT_NEAR(cv, expected, 0.25 * expected) << "beta " << beta;
+  }
+  PartitionOptions hopeless;
+  hopeless.kind = "quantity_skew";
+  hopeless.clients = 1000;
+  hopeless.beta = 0.01;
+  hopeless.min_examples = 15;
+  EXPECT_NE(test::error_of([&] { partition(labels, 10, hopeless); }).find("never gave every client 15"), std::string::npos);
 }
 
 TEST_F(DatasetsTest, FashionMnistFromTheDebianPackage) {

@@ -16,6 +16,12 @@ struct PartitionOptions {
   ///   alpha, few classes per client.
   /// "shards": McMahan et al. 2017: examples sorted by label, cut into shards_per_client x clients
   ///   shards, each client gets shards_per_client of them (2: mostly two classes per client).
+  /// "label_quantity": the non-IID benchmark's #C = k (Li et al. 2022): client i holds label
+  ///   i mod classes and k - 1 other distinct labels drawn at random; each label's examples are
+  ///   split evenly among the clients that hold it (a label no client holds goes unused).
+  /// "quantity_skew": the non-IID benchmark's quantity skew: a random permutation cut into client
+  ///   sizes in proportions drawn from Dirichlet(beta), redrawn until every client has
+  ///   min_examples.
   std::string kind = "iid";
   int64_t clients = 100;
   double alpha = 0.5;
@@ -23,6 +29,8 @@ struct PartitionOptions {
   /// Every client must get at least this many examples (an error otherwise).
   int64_t min_examples = 1;
   uint64_t seed = 0;
+  int64_t labels_per_client = 2;  ///< label_quantity's k
+  double beta = 0.5;              ///< quantity_skew's concentration
 };
 
 /// The example indices of each client. Deterministic for given labels and options.
