@@ -53,6 +53,15 @@ struct FashionMnistOptions {
   PartitionOptions partition{"dirichlet", 600, 0.5, 2, 10, 0};
 };
 
+// CIFAR's settings: where the binary files are, which labels (CIFAR-100), how the training set is
+// split. No Debian package ships CIFAR: the path has no default.
+constexpr int64_t kCifarBytes = int64_t{60000} * 3072 * 5;
+struct CifarOptions {
+  std::string path;
+  std::string labels = "fine";
+  PartitionOptions partition{"dirichlet", 100, 0.5, 2, 10, 0};
+};
+
 // A registry entry whose settings, creation and estimate all go through one options struct.
 template <class Options>
 DatasetEntry entry(std::string name, std::string description, const Settings<Options>& settings,
@@ -88,6 +97,13 @@ Settings<PartitionOptions> partition_settings() {
       .add("beta", &O::beta, "quantity_skew partition: Dirichlet concentration of client sizes", above(0, 1e9))
       .add("min_examples", &O::min_examples, "every client gets at least this many examples", at_least(1))
       .add("seed", &O::seed, "seed of the partition (independent of the training seed)");
+}
+
+Settings<CifarOptions> cifar_settings(bool labels) {
+  using O = CifarOptions;
+  Settings<O> s = Settings<O>().add("path", &O::path, "folder of the binary version (or the folder it unpacks in)");
+  if (labels) s.add("labels", &O::labels, "fine (100 classes) or coarse (20)", one_of({"fine", "coarse"}));
+  return s.include(&O::partition, partition_settings());
 }
 
 Settings<FashionMnistOptions> fashion_mnist_settings() {
@@ -148,6 +164,15 @@ const std::vector<DatasetEntry>& dataset_registry() {
           fashion_mnist_settings(),
           [](const FashionMnistOptions& o) { return load_fashion_mnist(o.path, o.partition); },
           [](const FashionMnistOptions& o) { return plus({kFashionMnistBytes, times({o.partition.clients, 64})}); }),
+      entry<CifarOptions>(
+          "cifar10", "CIFAR-10 (Krizhevsky 2009), binary version: 50k training images split into clients, 10k test",
+          cifar_settings(false), [](const CifarOptions& o) { return load_cifar10(o.path, o.partition); },
+          [](const CifarOptions& o) { return plus({kCifarBytes, times({o.partition.clients, 64})}); }),
+      entry<CifarOptions>(
+          "cifar100", "CIFAR-100 (Krizhevsky 2009), binary version: fine or coarse labels, split into clients",
+          cifar_settings(true),
+          [](const CifarOptions& o) { return load_cifar100(o.path, o.labels == "coarse", o.partition); },
+          [](const CifarOptions& o) { return plus({kCifarBytes, times({o.partition.clients, 64})}); }),
       entry<TffHdf5Options>(
           "tff_hdf5", "a TensorFlow Federated HDF5 file (fed_emnist schema: /examples/<client>/<feature>)",
           tff_hdf5_settings(), [](const TffHdf5Options& o) { return load_tff_hdf5(o); },

@@ -283,7 +283,7 @@ PY
     ;;
   unknown_data_set)
     printf 'data:\n  name: mnist\n' | write bad.yaml
-    run_expect 2 "bad\.yaml:2:9: unknown data set 'mnist' \(available: synthetic, fmnist, tff_hdf5, text, synthetic_tokens\)" -- "$FAX_RUN" run "$WORK/bad.yaml"
+    run_expect 2 "bad\.yaml:2:9: unknown data set 'mnist' \(available: synthetic, fmnist, cifar10, cifar100, tff_hdf5, text, synthetic_tokens\)" -- "$FAX_RUN" run "$WORK/bad.yaml"
     run_expect 2 "^fax-run: --set data\.name=mnist: unknown data set 'mnist'" -- \
       "$FAX_RUN" run "$experiment" --set data.name=mnist --dry-run
     ;;
@@ -359,6 +359,40 @@ PY
     run_expect 2 "model\.path: gone\.pt: No such file or directory" -- "$FAX_RUN" run "$experiment" -o x.h5 "${ts[@]}" \
       --set model.path=gone.pt
     [[ ! -e x.h5 ]] || fail "a refused run wrote a log"
+    ;;
+  cifar)
+    # A generated CIFAR-10-like set (binary version, written with the Python standard library)
+    # trains end to end with the zoo's LeNet and ResNet-18-GN; a truncated batch exits 2 with one line.
+    mkdir -p "$WORK/cifar" && cd "$WORK" || fail "no folder"
+    "$PYTHON" - "$WORK/cifar" <<'PY' || fail "fixture"
+import os, random, sys
+random.seed(0)
+def write(name, n):
+    with open(os.path.join(sys.argv[1], name), "wb") as f:
+        for r in range(n):
+            label = r % 10
+            f.write(bytes([label]) + bytes(random.randrange(256) // 4 + 20 * label for _ in range(3072)))
+for b in range(1, 6):
+    write(f"data_batch_{b}.bin", 40)
+write("test_batch.bin", 20)
+PY
+    cifar=(--set data.name=cifar10 --set data.path="$WORK/cifar" --set data.clients=10 --set data.partition=label_quantity
+           --set data.labels_per_client=2 --set cohort.size=4 --set rounds=2 --set logging.eval_every=1)
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/lenet.h5" "${cifar[@]}" --set model.name=lenet
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/resnet.h5" "${cifar[@]}" --set model.name=resnet18_gn \
+      --set model.width=4 --set algorithm.client_momentum=0.9 --set algorithm.weight_decay=0.0005
+    "$PYTHON" - "$WORK/lenet.h5" "$WORK/resnet.h5" <<'PY' || fail "the runs did not log"
+import sys, h5py, numpy as np
+for path in sys.argv[1:]:
+    f = h5py.File(path)
+    acc = f["metrics/eval/accuracy"][()]
+    assert len(acc) == 2 and np.all(np.isfinite(acc)), (path, acc)
+    assert "cifar10: 10 clients (label_quantity(k=2) split), 200 training and 20 test examples" in f["env"].attrs["data"]
+PY
+    head -c 5000 "$WORK/cifar/test_batch.bin" > "$WORK/cifar/short" && mv "$WORK/cifar/short" "$WORK/cifar/test_batch.bin"
+    run_expect 2 "test_batch\.bin: truncated or not a CIFAR binary file: 5000 bytes is not a whole number of 3073-byte records" -- \
+      "$FAX_RUN" run "$experiment" -o "$WORK/bad.h5" "${cifar[@]}" --set model.name=lenet
+    [[ ! -e "$WORK/bad.h5" ]] || fail "a refused run wrote a log"
     ;;
   missing_file)
     run_expect 2 "nowhere\.yaml: cannot open the experiment file" -- "$FAX_RUN" run "$WORK/nowhere.yaml"

@@ -198,6 +198,76 @@ TEST_F(DatasetsTest, QuantitySkewSpreadsClientSizesAsDirichletBeta) {
   EXPECT_NE(test::error_of([&] { partition(labels, 10, hopeless); }).find("never gave every client 15"), std::string::npos);
 }
 
+// Writes `records` CIFAR binary records to `name`: `label_bytes` label bytes (record r: label byte
+// j is (r + j) mod `modulus`), then 3072 pixels, each channel c of record r at the value 10 r + c.
+void write_cifar(const fs::path& name, int64_t records, int64_t label_bytes, int64_t modulus) {
+  std::string bytes;
+  for (int64_t r = 0; r < records; ++r) {
+    for (int64_t j = 0; j < label_bytes; ++j) bytes.push_back(static_cast<char>((r + j) % modulus));
+    for (int64_t c = 0; c < 3; ++c) bytes.append(1024, static_cast<char>(10 * r + c));
+  }
+  std::ofstream(name, std::ios::binary) << bytes;
+}
+
+TEST_F(DatasetsTest, Cifar10BinaryFilesReadBackExactly) {
+  const fs::path folder = dir / "cifar-10-batches-bin";  // data.path may name the folder above it
+  fs::create_directories(folder);
+  for (int b = 1; b <= 5; ++b) write_cifar(folder / fmt::format("data_batch_{}.bin", b), 8, 1, 10);
+  write_cifar(folder / "test_batch.bin", 6, 1, 10);
+  PartitionOptions iid;
+  iid.clients = 4;
+  const auto data = load_cifar10(dir.string(), iid);
+  EXPECT_EQ(data->num_clients(), 4);
+  EXPECT_EQ(data->input_shape(), (std::vector<int64_t>{3, 32, 32}));
+  EXPECT_EQ(data->num_classes(), 10);
+  EXPECT_EQ(data->test().size(), 6);
+  int64_t total = 0;
+  std::set<int64_t> labels;
+  for (int64_t i = 0; i < 4; ++i) {
+    const Examples ex = data->client(i);
+    total += ex.size();
+    for (int64_t j = 0; j < ex.size(); ++j) labels.insert(ex.y[j].item<int64_t>());
+  }
+  EXPECT_EQ(total, 40);
+  EXPECT_EQ(labels, (std::set<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  // Test record 5, channel 2: pixel 52, standardised with the blue channel's statistics.
+  const Examples& test = data->test();
+  EXPECT_EQ(test.y[5].item<int64_t>(), 5);
+  EXPECT_NEAR(test.x[5][2][31][31].item<float>(), (52 / 255.0 - 0.4465) / 0.2616, 1e-5);
+  EXPECT_NEAR(test.x[5][0][0][0].item<float>(), (50 / 255.0 - 0.4914) / 0.2470, 1e-5);
+
+  // A truncated batch, a label past the classes, a missing file: one line naming the file.
+  std::ofstream(folder / "data_batch_3.bin", std::ios::binary | std::ios::app) << "xyz";
+  EXPECT_EQ(test::error_of([&] { load_cifar10(dir.string(), iid); }),
+            fmt::format("{}: truncated or not a CIFAR binary file: 24587 bytes is not a whole number of 3073-byte "
+                        "records", (folder / "data_batch_3.bin").string()));
+  write_cifar(folder / "data_batch_3.bin", 12, 1, 12);
+  EXPECT_EQ(test::error_of([&] { load_cifar10(dir.string(), iid); }),
+            fmt::format("{}: label 11 is out of range (the data set has 10 classes)", (folder / "data_batch_3.bin").string()));
+  fs::remove(folder / "data_batch_3.bin");
+  EXPECT_EQ(test::error_of([&] { load_cifar10(folder.string(), iid); }),
+            fmt::format("{}: no such file", (folder / "data_batch_3.bin").string()));
+  EXPECT_EQ(test::error_of([&] { load_cifar10((dir / "nowhere").string(), iid); }),
+            fmt::format("data.path: {}: no such folder", (dir / "nowhere").string()));
+}
+
+TEST_F(DatasetsTest, Cifar100FineAndCoarseLabels) {
+  write_cifar(dir / "train.bin", 20, 2, 100);
+  write_cifar(dir / "test.bin", 5, 2, 100);
+  PartitionOptions iid;
+  iid.clients = 3;
+  const auto fine = load_cifar100(dir.string(), false, iid);
+  const auto coarse = load_cifar100(dir.string(), true, iid);
+  EXPECT_EQ(fine->num_classes(), 100);
+  EXPECT_EQ(coarse->num_classes(), 20);
+  // Record r: coarse label r, fine label r + 1.
+  EXPECT_TRUE(at::equal(fine->test().y, at::arange(1, 6, at::kLong)));
+  EXPECT_TRUE(at::equal(coarse->test().y, at::arange(0, 5, at::kLong)));
+  write_cifar(dir / "test.bin", 25, 2, 100);  // coarse labels up to 24
+  EXPECT_EQ(test::error_of([&] { load_cifar100(dir.string(), true, iid); }),
+            fmt::format("{}: label 24 is out of range (the data set has 20 classes)", (dir / "test.bin").string()));
+}
+
 TEST_F(DatasetsTest, FashionMnistFromTheDebianPackage) {
   const std::string path = "/usr/share/datasets/fashion-mnist";
   if (!fs::exists(path)) GTEST_SKIP() << path << " is missing: install dataset-fashion-mnist (scripts/install-deps.sh)";
@@ -329,8 +399,8 @@ TEST_F(DatasetsTest, RegistryDocumentsEveryKey) {
     EXPECT_FALSE(entry.description.empty());
     for (const auto& key : entry.keys) EXPECT_FALSE(key.doc.empty()) << entry.name << "." << key.name;
   }
-  EXPECT_EQ(test::error_of([] { find_dataset("cifar"); }),
-            "unknown data set 'cifar' (available: synthetic, fmnist, tff_hdf5, text, synthetic_tokens)");
+  EXPECT_EQ(test::error_of([] { find_dataset("imagenet"); }),
+            "unknown data set 'imagenet' (available: synthetic, fmnist, cifar10, cifar100, tff_hdf5, text, synthetic_tokens)");
 }
 
 }  // namespace

@@ -40,6 +40,18 @@ class PartitionedDataset final : public FederatedDataset {
 /// standardised (mean 0.2860, std 0.3530); inputs [1, 28, 28].
 std::unique_ptr<FederatedDataset> load_fashion_mnist(const std::string& directory, const PartitionOptions& partition);
 
+/// CIFAR-10 in its binary version: data_batch_1..5.bin (50k training images, split into clients by
+/// `partition`) and test_batch.bin (10k), in `path` or in its cifar-10-batches-bin folder. Pixels
+/// scaled to [0, 1] and standardised per channel (mean 0.4914, 0.4822, 0.4465; std 0.2470, 0.2435,
+/// 0.2616: the training set's); inputs [3, 32, 32]. Throws fax::Error naming the file when one is
+/// missing, truncated (not whole records) or has a label out of range.
+std::unique_ptr<FederatedDataset> load_cifar10(const std::string& path, const PartitionOptions& partition);
+
+/// CIFAR-100 in its binary version: train.bin and test.bin, in `path` or in its cifar-100-binary
+/// folder; the 20 coarse or the 100 fine labels. Standardised with mean 0.5071, 0.4865, 0.4409 and
+/// std 0.2673, 0.2564, 0.2762.
+std::unique_ptr<FederatedDataset> load_cifar100(const std::string& path, bool coarse, const PartitionOptions& partition);
+
 struct TffHdf5Options {
   std::string path;       ///< a TFF-style file: /examples/<client id>/<feature>
   std::string test_path;  ///< the matching test file; empty: hold out test_fraction of each client
