@@ -94,14 +94,15 @@ class TorchScriptModel final : public Model {
 class TorchScriptModel::Lease {
  public:
   explicit Lease(const TorchScriptModel& model) : model_(model) {
-    {
-      std::lock_guard<std::mutex> lock(model.mutex_);
-      if (!model.free_.empty()) {
-        copy_ = std::move(model.free_.back());
-        model.free_.pop_back();
-      }
+    // Cloning registers the copy's methods in the module's compilation unit, which is not
+    // thread-safe: copies are made under the lock too (once per thread that runs the model).
+    std::lock_guard<std::mutex> lock(model.mutex_);
+    if (model.free_.empty()) {
+      copy_ = model.make_copy();
+    } else {
+      copy_ = std::move(model.free_.back());
+      model.free_.pop_back();
     }
-    if (!copy_) copy_ = model.make_copy();
   }
   ~Lease() {
     for (size_t j = 0; j < model_.names_.size(); ++j) copy_->set(j, model_.initial_.at(model_.names_[j]));
