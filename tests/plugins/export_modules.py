@@ -4,6 +4,9 @@
 bn:          dense, BatchNorm1d, ReLU, dense on 12 features, 3 classes (running statistics: buffers)
 custom_loss: a dense layer on 12 features whose loss(logits, labels) is twice the cross-entropy
 tensor:      not a module: a tensor saved with torch.save
+bn_counter:  bn with BatchNorm1d(momentum=None), whose statistics read the num_batches_tracked counter
+dropout:     a dense layer and dropout (random numbers: refused)
+tied:        two dense layers sharing one weight (refused)
 """
 import sys
 
@@ -21,6 +24,34 @@ class Bn(nn.Module):
 
     def forward(self, x):
         return self.fc2(torch.relu(self.norm(self.fc1(x))))
+
+
+class BnCounter(Bn):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.BatchNorm1d(8, momentum=None)
+
+
+class Dropout(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(12, 3)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.fc(x))
+
+
+class Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(12, 12)
+        self.b = nn.Linear(12, 12)
+        self.b.weight = self.a.weight
+        self.out = nn.Linear(12, 3)
+
+    def forward(self, x):
+        return self.out(self.b(torch.relu(self.a(x))))
 
 
 class CustomLoss(nn.Module):
@@ -42,7 +73,7 @@ def main():
     if kind == "tensor":
         torch.save(torch.zeros(3), out)
         return
-    module = {"bn": Bn, "custom_loss": CustomLoss}[kind]()
+    module = {"bn": Bn, "bn_counter": BnCounter, "custom_loss": CustomLoss, "dropout": Dropout, "tied": Tied}[kind]()
     torch.jit.script(module).save(out)
 
 

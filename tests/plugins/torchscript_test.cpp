@@ -134,10 +134,24 @@ TEST_F(TorchScriptModelTest, BatchNormStatisticsAreAveragedBuffers) {
   for (const auto& [name, t] : hyper.state.params) EXPECT_TRUE(at::isfinite(t).all().item<bool>()) << name;
 }
 
+// The module's loss sees one client's batch at a time, as its forward does; runs with it keep
+// their bits over executor counts.
 TEST_F(TorchScriptModelTest, ModuleLossReplacesCrossEntropy) {
   model = exported("custom_loss");
   const at::Tensor logits = at::randn({4, 3}), labels = at::randint(0, 3, {4}, at::kLong);
   EXPECT_TRUE(at::allclose(model->loss(logits, labels), 2 * cross_entropy(logits, labels)));
+  const at::Tensor chunk_logits = at::randn({2, 4, 3}), chunk_labels = at::randint(0, 3, {2, 4}, at::kLong);
+  EXPECT_TRUE(at::allclose(model->loss(chunk_logits, chunk_labels), 2 * cross_entropy(chunk_logits, chunk_labels)));
+  plugin = load_plugin_file((fs::path(FAX_TEST_PLUGIN_DIR) / "fax_fedavg.so").string());
+  expect_same_bits_on_one_and_two_executors();
+}
+
+// BatchNorm with momentum None averages over num_batches_tracked: the counter starts from its
+// saved value in every call, so no client sees another's count and the bits hold.
+TEST_F(TorchScriptModelTest, IntegerBuffersDoNotCarryBetweenCalls) {
+  model = exported("bn_counter");
+  plugin = load_plugin_file((fs::path(FAX_TEST_PLUGIN_DIR) / "fax_fedavg.so").string());
+  expect_same_bits_on_one_and_two_executors();
 }
 
 TEST_F(TorchScriptModelTest, RefusesFilesThatAreNotAFittingModule) {
@@ -158,6 +172,10 @@ TEST_F(TorchScriptModelTest, RefusesFilesThatAreNotAFittingModule) {
   refused((dir / "bn.pt").string(), {{12}, 10}, "maps inputs [2, 12] to [2, 3], but the data set needs [2, 10]");
   refused((dir / "bn.pt").string(), {{1, 28, 28}, 3}, "forward() failed");
   refused("", {{12}, 3}, "model.path: set it");
+  python(fmt::format("{}/tests/plugins/export_modules.py dropout {}", FAX_SOURCE_DIR, (dir / "dropout.pt").string()));
+  refused((dir / "dropout.pt").string(), {{12}, 3}, "forward() draws random numbers (aten::dropout)");
+  python(fmt::format("{}/tests/plugins/export_modules.py tied {}", FAX_SOURCE_DIR, (dir / "tied.pt").string()));
+  refused((dir / "tied.pt").string(), {{12}, 3}, "parameters a.weight and b.weight share their storage");
 }
 
 }  // namespace

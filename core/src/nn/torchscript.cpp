@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
 #include <torch/csrc/jit/python/update_graph_executor_opt.h>
+#include <torch/csrc/jit/passes/inliner.h>
 #include <torch/script.h>
 
 #include <fax/base/error.h>
@@ -34,13 +35,62 @@ std::string first_line(const std::exception& e) {
 
 std::string shape_text(at::IntArrayRef shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
+// Refuses a module whose forward (or loss) draws random numbers (dropout and the like): they come
+// from LibTorch's one global generator, shared by every executor thread, so no run could repeat.
+void refuse_random_ops(const torch::jit::Module& module, const std::string& path) {
+  static const std::set<std::string> random = {
+      "aten::dropout", "aten::dropout_", "aten::feature_dropout", "aten::alpha_dropout", "aten::feature_alpha_dropout",
+      "aten::bernoulli", "aten::bernoulli_", "aten::rand", "aten::rand_like", "aten::randn", "aten::randn_like",
+      "aten::randint", "aten::randint_like", "aten::randperm", "aten::normal", "aten::normal_", "aten::uniform_",
+      "aten::multinomial", "aten::rrelu", "aten::rrelu_with_noise", "aten::exponential_", "aten::geometric_",
+      "aten::cauchy_", "aten::log_normal_", "aten::random_", "aten::poisson"};
+  for (const torch::jit::Method& method : module.get_methods()) {
+    if (method.name() != "forward" && method.name() != "loss") continue;
+    const std::shared_ptr<torch::jit::Graph> graph = method.graph()->copy();
+    torch::jit::Inline(*graph);
+    std::vector<torch::jit::Block*> blocks{graph->block()};
+    while (!blocks.empty()) {
+      torch::jit::Block* block = blocks.back();
+      blocks.pop_back();
+      for (torch::jit::Node* node : block->nodes()) {
+        const std::string kind = node->kind().toQualString();
+        FAX_CHECK(random.count(kind) == 0,
+                  "model.path: {}: {}() draws random numbers ({}), which no fax run could repeat; remove it (or "
+                  "make it a no-op in training) before saving the module",
+                  path, method.name(), kind);
+        for (torch::jit::Block* inner : node->blocks()) blocks.push_back(inner);
+      }
+    }
+  }
+}
+
 // A copy of the module for one thread at a time, with the slots of its parameters and buffers.
+using Slot = std::pair<c10::intrusive_ptr<c10::ivalue::Object>, size_t>;
+
+// The object and attribute slot of a dotted attribute name of `module` ("block.0.weight": the
+// attribute "weight" of the object block.0).
+Slot find_slot(const torch::jit::Module& module, const std::string& name) {
+  c10::intrusive_ptr<c10::ivalue::Object> object = module._ivalue();
+  std::string rest = name;
+  for (size_t dot = rest.find('.'); dot != std::string::npos; dot = rest.find('.')) {
+    object = object->getAttr(rest.substr(0, dot)).toObject();
+    rest = rest.substr(dot + 1);
+  }
+  return {object, object->type()->getAttributeSlot(rest)};
+}
+
 struct ModuleCopy {
   torch::jit::Module module;
-  std::vector<std::pair<c10::intrusive_ptr<c10::ivalue::Object>, size_t>> slots;  // in leaf order
+  std::vector<Slot> slots;  // in leaf order
+  std::vector<std::pair<Slot, at::Tensor>> counters;  // integer buffers and their saved values
   bool training = true;
 
   void set(size_t leaf, const at::Tensor& value) { slots[leaf].first->setSlot(slots[leaf].second, value); }
+  // Integer buffers (num_batches_tracked) back at their saved values, so no call sees what an
+  // earlier call on this copy (another client, another round) counted.
+  void reset_counters() {
+    for (auto& [slot, saved] : counters) slot.first->setSlot(slot.second, saved.clone());
+  }
   void set_mode(bool train) {
     if (training != train) module.train(train);
     training = train;
@@ -84,6 +134,7 @@ class TorchScriptModel final : public Model {
   std::vector<std::string> names_;
   std::set<std::string> buffers_;
   bool has_loss_ = false;
+  int64_t label_rank_ = 1;  // of one client's labels: [batch], or [batch, tokens]
   int64_t flops_ = 1;
   mutable std::mutex mutex_;
   mutable std::vector<std::unique_ptr<ModuleCopy>> free_;  // copies no thread uses now
@@ -103,6 +154,7 @@ class TorchScriptModel::Lease {
       copy_ = std::move(model.free_.back());
       model.free_.pop_back();
     }
+    copy_->reset_counters();
   }
   ~Lease() {
     for (size_t j = 0; j < model_.names_.size(); ++j) copy_->set(j, model_.initial_.at(model_.names_[j]));
@@ -122,16 +174,9 @@ std::unique_ptr<ModuleCopy> TorchScriptModel::make_copy() const {
   auto copy = std::make_unique<ModuleCopy>();
   copy->module = module_.clone();
   copy->module.train(true);
-  for (const std::string& name : names_) {
-    // "block.0.weight": the attribute "weight" of the object block.0.
-    c10::intrusive_ptr<c10::ivalue::Object> object = copy->module._ivalue();
-    std::string rest = name;
-    for (size_t dot = rest.find('.'); dot != std::string::npos; dot = rest.find('.')) {
-      object = object->getAttr(rest.substr(0, dot)).toObject();
-      rest = rest.substr(dot + 1);
-    }
-    copy->slots.emplace_back(object, object->type()->getAttributeSlot(rest));
-  }
+  for (const std::string& name : names_) copy->slots.push_back(find_slot(copy->module, name));
+  for (const auto& b : module_.named_buffers(true))
+    if (!b.value.is_floating_point()) copy->counters.emplace_back(find_slot(copy->module, b.name), b.value.clone());
   return copy;
 }
 
@@ -196,8 +241,19 @@ at::Tensor TorchScriptModel::run(const TensorTree& params, const at::Tensor& x, 
 
 at::Tensor TorchScriptModel::loss(const at::Tensor& logits, const at::Tensor& labels) const {
   if (!has_loss_) return Model::loss(logits, labels);
+  if (labels.dim() > label_rank_) {
+    // A chunk's clients [k, B, ...]: the module's loss sees one client's batch at a time, as
+    // its forward does.
+    std::vector<at::Tensor> per_client;
+    const std::vector<at::Tensor> client_labels = labels.unbind(0);
+    const std::vector<at::Tensor> client_logits = logits.unbind(0);
+    for (size_t i = 0; i < client_labels.size(); ++i) per_client.push_back(loss(client_logits[i], client_labels[i]));
+    return at::stack(per_client);
+  }
   const Lease lease(*this);
   const at::Tensor out = call(*lease, "loss", {logits, labels});
+  FAX_CHECK(at::isFloatingType(out.scalar_type()), "model.path: {}: loss() returns {}, not floating point", path_,
+            c10::toString(out.scalar_type()));
   FAX_CHECK(out.sizes() == labels.sizes(), "model.path: {}: loss() returned {} for labels {}: it must return one value per label",
             path_, shape_text(out.sizes()), shape_text(labels.sizes()));
   return out;
@@ -212,13 +268,20 @@ TorchScriptModel::TorchScriptModel(std::string path, const std::string& bytes, c
   } catch (const std::exception& e) {
     throw Error(fmt::format("model.path: {} is not a TorchScript module ({}): {}", path_, hint, first_line(e)));
   }
+  std::vector<std::pair<std::string, at::Tensor>> seen;
   for (const auto& p : module_.named_parameters(true)) {
     FAX_CHECK(p.value.is_floating_point(), "model.path: {}: parameter {} is {}, not floating point", path_, p.name,
               c10::toString(p.value.scalar_type()));
+    // Tied weights would train as separate leaves and drift apart: refused rather than untied.
+    for (const auto& [other, t] : seen)
+      FAX_CHECK(!p.value.is_alias_of(t), "model.path: {}: parameters {} and {} share their storage (tied weights), "
+                "which fax would train apart; untie them in the module", path_, other, p.name);
+    seen.emplace_back(p.name, p.value);
     initial_.set(p.name, p.value.detach().clone().contiguous());
     names_.push_back(p.name);
   }
   FAX_CHECK(!names_.empty(), "model.path: {}: the module has no parameters to train", path_);
+  refuse_random_ops(module_, path_);
   for (const auto& b : module_.named_buffers(true)) {
     if (!b.value.is_floating_point()) continue;  // counters: they stay in the module
     initial_.set(b.name, b.value.detach().clone().contiguous());
@@ -233,11 +296,13 @@ TorchScriptModel::TorchScriptModel(std::string path, const std::string& bytes, c
   const bool tokens = !at::isFloatingType(shape.input_type);
   std::vector<int64_t> labels{2};
   if (tokens) labels.insert(labels.end(), shape.input_shape.begin(), shape.input_shape.end());
+  label_rank_ = static_cast<int64_t>(labels.size());
   std::vector<int64_t> expected = labels;
   expected.push_back(shape.num_classes);
   at::Tensor out;
   try {
-    out = run(initial_, at::zeros(input, shape.input_type), true);
+    // On copies: a forward pass that changes its parameters must not change the saved values.
+    out = run(initial_.map([](const at::Tensor& t) { return t.clone(); }), at::zeros(input, shape.input_type), true);
   } catch (const Error& e) {
     throw Error(fmt::format("{} (inputs {} of {}, as the data set gives them)", e.what(), shape_text(input),
                             c10::toString(shape.input_type)));
@@ -267,7 +332,12 @@ std::unique_ptr<Model> load_torchscript_model(const std::string& path, const Mod
   FAX_CHECK(S_ISREG(info.st_mode), "model.path: {}: not a regular file", path);
   std::ifstream in(path, std::ios::binary);
   FAX_CHECK(in.good(), "model.path: {}: cannot open: {}", path, std::strerror(errno));
-  std::string bytes(static_cast<size_t>(info.st_size), '\0');
+  std::string bytes;
+  try {
+    bytes.resize(static_cast<size_t>(info.st_size));
+  } catch (const std::bad_alloc&) {
+    throw Error(fmt::format("model.path: {}: its {} bytes do not fit in memory", path, info.st_size));
+  }
   in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   FAX_CHECK(in.gcount() == static_cast<std::streamsize>(bytes.size()), "model.path: {}: cannot read the whole file", path);
   return std::make_unique<TorchScriptModel>(path, bytes, shape);

@@ -19,7 +19,8 @@ namespace fax {
 /// (the interpreter runs the graph as saved: the same ops, so the same bits, on every executor and
 /// differentiable to any order). The file's size and hash are part of describe(), so they are part
 /// of the experiment's identity. Throws fax::Error naming `path` when the file is missing, is not a
-/// module, or its forward does not map the data set's inputs to one logit per class.
+/// module, its forward does not map the data set's inputs to one logit per class, it draws random
+/// numbers (not repeatable: LibTorch's global generator) or ties weights.
 std::unique_ptr<Model> load_torchscript_model(const std::string& path, const ModelShape& shape);
 
 }  // namespace fax
