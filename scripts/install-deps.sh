@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config
   libtorch-dev libopenblas0-openmp libdnnl-dev
   libtensorpipe-dev libgloo-dev libyaml-cpp-dev libfmt-dev libcli11-dev
-  libhdf5-dev libgtest-dev zlib1g-dev libgoogle-perftools-dev
+  libhdf5-dev libgtest-dev zlib1g-dev libgoogle-perftools-dev nlohmann-json3-dev
   dataset-fashion-mnist python3-h5py python3-torch bc
   clang libclang-rt-14-dev
 )

@@ -268,6 +268,158 @@ TEST_F(DatasetsTest, Cifar100FineAndCoarseLabels) {
             fmt::format("{}: label 24 is out of range (the data set has 20 classes)", (dir / "test.bin").string()));
 }
 
+// LEAF's JSON files as LEAF writes them: `users`, `num_samples`, `user_data` of {x, y}.
+void write_text(const fs::path& name, const std::string& text) {
+  fs::create_directories(name.parent_path());
+  std::ofstream(name, std::ios::binary) << text;
+}
+
+// A FEMNIST-like user: `n` images of 784 pixels, pixel j of image i at (i + j) / 1000, label i + k.
+std::string femnist_user(const std::string& name, int n, int k) {
+  std::string x, y;
+  for (int i = 0; i < n; ++i) {
+    x += i ? ", [" : "[";
+    for (int j = 0; j < 784; ++j) x += fmt::format("{}{}", j ? "," : "", (i + j) / 1000.0);
+    x += "]";
+    y += fmt::format("{}{}", i ? ", " : "", i + k);
+  }
+  return fmt::format("\"{}\": {{\"x\": [{}], \"y\": [{}]}}", name, x, y);
+}
+
+TEST_F(DatasetsTest, LeafFemnistReadsBackExactly) {
+  // Two training files (users in "users" order, not user_data's), hierarchies LEAF adds, one test file.
+  write_text(dir / "train/b.json", "{\"users\": [\"u2\"], \"num_samples\": [2], \"hierarchies\": [[1, {\"a\": null}]], "
+                                   "\"user_data\": {" + femnist_user("u2", 2, 5) + "}}");
+  write_text(dir / "train/a.json", "{\"users\": [\"u1\", \"u0\"], \"num_samples\": [1, 3], \"user_data\": {" +
+                                       femnist_user("u0", 3, 0) + ", " + femnist_user("u1", 1, 61) + "}}");
+  write_text(dir / "test/all.json", "{\"users\": [\"u0\"], \"num_samples\": [2], \"user_data\": {" +
+                                        femnist_user("u0", 2, 7) + "}}");
+  LeafOptions o;
+  o.path = dir.string();
+  const auto data = load_leaf(o);
+  ASSERT_EQ(data->num_clients(), 3);
+  EXPECT_EQ(data->client_name(0), "u1");
+  EXPECT_EQ(data->client_name(1), "u0");
+  EXPECT_EQ(data->client_name(2), "u2");
+  EXPECT_EQ(data->num_examples(0), 1);
+  EXPECT_EQ(data->num_examples(1), 3);
+  EXPECT_EQ(data->input_shape(), (std::vector<int64_t>{1, 28, 28}));
+  EXPECT_EQ(data->num_classes(), 62);
+  EXPECT_TRUE(at::equal(data->client(1).y, at::arange(0, 3, at::kLong)));
+  EXPECT_TRUE(at::equal(data->client(2).y, at::arange(5, 7, at::kLong)));
+  EXPECT_EQ(data->client(1).x[2][0][1][3].item<float>(), static_cast<float>((2 + 31) / 1000.0));
+  EXPECT_EQ(data->test().size(), 2);
+  EXPECT_TRUE(at::equal(data->test().y, at::arange(7, 9, at::kLong)));
+  EXPECT_NE(data->describe().find("numeric features (FEMNIST, Synthetic)"), std::string::npos) << data->describe();
+  o.classes = 10;
+  EXPECT_EQ(test::error_of([&] { load_leaf(o); }),
+            fmt::format("{}: user \"u1\": label 61 is out of range (data.classes is 10)", (dir / "train/a.json").string()));
+}
+
+TEST_F(DatasetsTest, LeafShakespeareIsNextCharacterPrediction) {
+  // LEAF's 80-character vocabulary: '\n' is 0, ' ' is 1, 'a' is 53; '~' is outside it.
+  write_text(dir / "train/s.json", "{\"users\": [\"KING\"], \"num_samples\": [2], \"user_data\": {\"KING\": "
+                                   "{\"x\": [\"ab \", \"b~\\n\"], \"y\": [\"c\", \"a\"]}}}");
+  write_text(dir / "test/s.json", "{\"users\": [\"KING\"], \"num_samples\": [1], \"user_data\": {\"KING\": "
+                                  "{\"x\": [\"aaa\"], \"y\": [\"}\"]}}}");
+  LeafOptions o;
+  o.path = dir.string();
+  const auto data = load_leaf(o);
+  EXPECT_EQ(data->num_classes(), 81);
+  EXPECT_EQ(data->input_shape(), (std::vector<int64_t>{3}));
+  const Examples ex = data->client(0);
+  EXPECT_EQ(ex.x.scalar_type(), at::kLong);
+  EXPECT_TRUE(at::equal(ex.x, at::tensor({53, 54, 1, 54, 80, 0}, at::kLong).view({2, 3})));
+  EXPECT_TRUE(at::equal(ex.y, at::tensor({54, 1, 55, 80, 0, 53}, at::kLong).view({2, 3})));
+  EXPECT_TRUE(at::equal(data->test().y, at::tensor({53, 53, 79}, at::kLong).view({1, 3})));
+  EXPECT_NE(data->describe().find("1 characters outside LEAF's vocabulary"), std::string::npos) << data->describe();
+  // Rows of another length than the first, and a label of two characters.
+  write_text(dir / "test/s.json", "{\"users\": [\"K\"], \"num_samples\": [1], \"user_data\": {\"K\": "
+                                  "{\"x\": [\"aaaa\"], \"y\": [\"a\"]}}}");
+  EXPECT_EQ(test::error_of([&] { load_leaf(o); }),
+            fmt::format("{}: user \"K\", x[0]: 4 characters where the data set's first row has 3",
+                        (dir / "test/s.json").string()));
+  write_text(dir / "test/s.json", "{\"users\": [\"K\"], \"num_samples\": [1], \"user_data\": {\"K\": "
+                                  "{\"x\": [\"aaa\"], \"y\": [\"ab\"]}}}");
+  EXPECT_EQ(test::error_of([&] { load_leaf(o); }),
+            fmt::format("{}: user \"K\", y[0]: \"ab\" is not one character", (dir / "test/s.json").string()));
+}
+
+TEST_F(DatasetsTest, LeafSent140TweetsBecomeWordIds) {
+  // Rows [id, date, query, user, text]; words split as LEAF does; a vocabulary of the 3 most
+  // frequent training words: "good" (3), "!" (2), then "bad" before "day" (1 each, byte order).
+  const auto row = [](const std::string& text) { return "[\"1\", \"Mon\", \"NO_QUERY\", \"me\", \"" + text + "\"]"; };
+  write_text(dir / "train/t.json", "{\"users\": [\"me\", \"you\"], \"num_samples\": [2, 1], \"user_data\": {"
+                                   "\"me\": {\"x\": [" + row("good good!") + ", " + row("bad day") + "], \"y\": [1, 0]}, "
+                                   "\"you\": {\"x\": [" + row("good!") + "], \"y\": [1]}}}");
+  write_text(dir / "test/t.json", "{\"users\": [\"me\"], \"num_samples\": [1], \"user_data\": {"
+                                  "\"me\": {\"x\": [" + row("what a good day") + "], \"y\": [0]}}}");
+  LeafOptions o;
+  o.path = dir.string();
+  o.vocab = 3;
+  o.sequence_length = 3;
+  const auto data = load_leaf(o);
+  EXPECT_EQ(data->num_classes(), 2);
+  EXPECT_EQ(data->input_shape(), (std::vector<int64_t>{3}));
+  // good 2, ! 3, bad 4, day and what and a: 1 (other), padding 0; a tweet past 3 words is cut.
+  EXPECT_TRUE(at::equal(data->client(0).x, at::tensor({2, 2, 3, 4, 1, 0}, at::kLong).view({2, 3})));
+  EXPECT_TRUE(at::equal(data->client(1).x, at::tensor({2, 3, 0}, at::kLong).view({1, 3})));
+  EXPECT_TRUE(at::equal(data->client(0).y, at::tensor({1, 0}, at::kLong)));
+  EXPECT_TRUE(at::equal(data->test().x, at::tensor({1, 1, 2}, at::kLong).view({1, 3})));
+  EXPECT_NE(data->describe().find("a vocabulary of 5 ids"), std::string::npos) << data->describe();
+}
+
+TEST_F(DatasetsTest, LeafBadInputIsOneLineNamingTheFileAndKey) {
+  LeafOptions o;
+  o.path = (dir / "nowhere").string();
+  EXPECT_EQ(test::error_of([&] { load_leaf(o); }), fmt::format("data.path: {}: no such folder", o.path));
+  o.path = dir.string();
+  EXPECT_EQ(test::error_of([&] { load_leaf(o); }),
+            fmt::format("data.path: {} has no train/ folder (LEAF's split step writes train/ and test/)", o.path));
+  const std::string train = (dir / "train/a.json").string();
+  const std::string good_test = "{\"users\": [\"t\"], \"num_samples\": [1], \"user_data\": {\"t\": {\"x\": [[1]], \"y\": [0]}}}";
+  write_text(dir / "test/a.json", good_test);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{\"users\": []", "not valid JSON: line 1, column 13: syntax error while parsing object - unexpected end of "
+                         "input; expected '}'"},
+      {"[1, 2]", "a list where LEAF's schema has an object"},
+      {"{\"users\": [], \"num_samples\": []}", "not a LEAF file: no \"user_data\" key at the top level"},
+      {"{\"users\": {}, \"num_samples\": [], \"user_data\": {}}", "\"users\" is an object; LEAF's schema has a list of user names"},
+      {"{\"users\": [\"a\"], \"num_samples\": [1], \"user_data\": {\"a\": {\"x\": [], \"y\": []}}}", "user \"a\" has no samples"},
+      {"{\"users\": [\"a\"], \"num_samples\": [2], \"user_data\": {\"a\": {\"x\": [[1], [2]], \"y\": [0]}}}",
+       "user \"a\" has 2 x rows but 1 y labels"},
+      {"{\"users\": [\"a\"], \"num_samples\": [1], \"user_data\": {\"a\": {\"x\": [[1]], \"y\": [-1]}}}",
+       "user \"a\", y[0]: label -1 is out of range"},
+      {"{\"users\": [\"a\"], \"num_samples\": [1], \"user_data\": {\"a\": {\"x\": [[1]], \"y\": [0.5]}}}",
+       "user \"a\", y[0]: label 0.5 is not a whole number"},
+      {"{\"users\": [\"a\"], \"num_samples\": [3], \"user_data\": {\"a\": {\"x\": [[1]], \"y\": [0]}}}",
+       "user \"a\" has 1 samples, \"num_samples\" says 3"},
+      {"{\"users\": [\"a\", \"b\"], \"num_samples\": [1, 1], \"user_data\": {\"a\": {\"x\": [[1]], \"y\": [0]}}}",
+       "\"users\" names 2 users but \"user_data\" holds 1"},
+      {"{\"users\": [\"a\"], \"num_samples\": [1], \"user_data\": {\"a\": {\"x\": [[1, 2]], \"y\": [0]}}}",
+       "test/a.json: user \"t\", x[0]: 1 numbers where the data set's first row has 2"},
+      {"{\"users\": [\"a\"], \"num_samples\": [1], \"user_data\": {\"a\": {\"x\": [\"1.jpg\"], \"y\": [0]}}}",
+       "user \"a\": x holds strings but y numbers (LEAF's CelebA, whose x are image file names, is not supported; "
+       "fax reads FEMNIST, Shakespeare, Sent140 and Synthetic)"},
+      {"{\"users\": [\"a\"], \"num_samples\": [1], \"user_data\": {\"a\": {\"x\": [[[1]]], \"y\": [0]}}}",
+       "user \"a\", x[0]: a list where LEAF's schema has numbers"},
+  };
+  for (const auto& [text, message] : cases) {
+    write_text(dir / "train/a.json", text);
+    const std::string error = test::error_of([&] { load_leaf(o); });
+    EXPECT_NE(error.find(message), std::string::npos) << text << "\n" << error;
+    EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+    if (message.rfind("test/", 0) != 0) {
+      EXPECT_EQ(error.rfind(train, 0), 0u) << error;
+    }
+  }
+  // A user in two training files.
+  write_text(dir / "train/a.json", good_test);
+  write_text(dir / "train/b.json", good_test);
+  EXPECT_EQ(test::error_of([&] { load_leaf(o); }),
+            fmt::format("{}: user \"t\" is also in {}", (dir / "train/b.json").string(), train));
+}
+
 TEST_F(DatasetsTest, FashionMnistFromTheDebianPackage) {
   const std::string path = "/usr/share/datasets/fashion-mnist";
   if (!fs::exists(path)) GTEST_SKIP() << path << " is missing: install dataset-fashion-mnist (scripts/install-deps.sh)";

@@ -114,7 +114,9 @@ TEST_P(ModelContract, BatchedForwardEqualsEachClientAlone) {
   ASSERT_EQ(batched.sizes(), (at::IntArrayRef{3, 4, 3})) << model->describe();
   for (int64_t i = 0; i < 3; ++i)
     EXPECT_TRUE(at::allclose(batched[i], model->forward(params[i], x[i]), 1e-5, 1e-5)) << "client " << i;
-  if (model->num_parameters() >= 0) EXPECT_EQ(model->num_parameters(), params[0].numel());
+  if (model->num_parameters() >= 0) {
+    EXPECT_EQ(model->num_parameters(), params[0].numel());
+  }
   EXPECT_GT(model->forward_flops(), 0);
 }
 

@@ -52,6 +52,22 @@ std::unique_ptr<FederatedDataset> load_cifar10(const std::string& path, const Pa
 /// std 0.2673, 0.2564, 0.2762.
 std::unique_ptr<FederatedDataset> load_cifar100(const std::string& path, bool coarse, const PartitionOptions& partition);
 
+struct LeafOptions {
+  std::string path;              ///< LEAF's data folder: train/ and test/ of .json files
+  int64_t classes = 0;           ///< 0: the largest label + 1
+  int64_t vocab = 10000;         ///< Sent140: the most frequent training words kept
+  int64_t sequence_length = 25;  ///< Sent140: words per tweet (LEAF's 25)
+};
+
+/// LEAF's JSON files (FEMNIST, Shakespeare, Sent140, Synthetic): each user of train/ is a client,
+/// the users of test/ together are the test split. The task follows from the rows: lists of
+/// numbers are features ([1, 28, 28] when there are 784: FEMNIST's images); strings are
+/// Shakespeare's characters (LEAF's 80, id 80 for any other), trained as next-character prediction
+/// at every position (labels: the row shifted by one, then y); lists of strings are Sent140 tweets
+/// (the text at index 4, split into words as LEAF does). CelebA (image file names) and Reddit
+/// (nested token lists) are refused. The files are parsed as a stream: the JSON text is never held.
+std::unique_ptr<FederatedDataset> load_leaf(const LeafOptions& options);
+
 struct TffHdf5Options {
   std::string path;       ///< a TFF-style file: /examples/<client id>/<feature>
   std::string test_path;  ///< the matching test file; empty: hold out test_fraction of each client
