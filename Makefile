@@ -10,7 +10,7 @@ CMAKE_FLAGS ?=
 ASAN_BUILD_DIR ?= build-asan
 FUZZ_BUILD_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS = config idx tff_hdf5 frame listener
+FUZZ_TARGETS = config idx leaf tff_hdf5 frame listener
 # Sanitizer runtime settings for the test-asan suite (leak reports included).
 SANITIZER_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp:print_suppressions=0 \

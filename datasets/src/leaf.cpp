@@ -251,9 +251,11 @@ class LeafFile final : public nlohmann::json_sax<json> {
   }
   bool scalar(const char* what) {
     if (top() == At::skip) return true;
-    if ((top() == At::top || top() == At::user) && !is_read_key()) return true;
-    FAX_CHECK(false, "{}: {} where LEAF's schema has {}", where(), what,
-              (top() == At::top || top() == At::user) ? expected_for_key() : expected());
+    if (top() == At::top || top() == At::user) {
+      FAX_CHECK(!is_read_key(), "{}: \"{}\" is {}; LEAF's schema has {}", where(), key_, what, expected_for_key());
+      return true;
+    }
+    FAX_CHECK(false, "{}: {} where LEAF's schema has {}", where(), what, expected());
   }
   bool is_read_key() const {
     if (top() == At::top) return key_ == "users" || key_ == "num_samples" || key_ == "user_data";

@@ -283,7 +283,7 @@ PY
     ;;
   unknown_data_set)
     printf 'data:\n  name: mnist\n' | write bad.yaml
-    run_expect 2 "bad\.yaml:2:9: unknown data set 'mnist' \(available: synthetic, fmnist, cifar10, cifar100, tff_hdf5, text, synthetic_tokens\)" -- "$FAX_RUN" run "$WORK/bad.yaml"
+    run_expect 2 "bad\.yaml:2:9: unknown data set 'mnist' \(available: synthetic, fmnist, cifar10, cifar100, leaf, tff_hdf5, text, synthetic_tokens\)" -- "$FAX_RUN" run "$WORK/bad.yaml"
     run_expect 2 "^fax-run: --set data\.name=mnist: unknown data set 'mnist'" -- \
       "$FAX_RUN" run "$experiment" --set data.name=mnist --dry-run
     ;;
@@ -393,6 +393,69 @@ PY
     run_expect 2 "test_batch\.bin: truncated or not a CIFAR binary file: 5000 bytes is not a whole number of 3073-byte records" -- \
       "$FAX_RUN" run "$experiment" -o "$WORK/bad.h5" "${cifar[@]}" --set model.name=lenet
     [[ ! -e "$WORK/bad.h5" ]] || fail "a refused run wrote a log"
+    ;;
+  leaf)
+    # Generated LEAF data sets (JSON written with the Python standard library, as LEAF writes it):
+    # a FEMNIST-like one trains end to end with FedAvg, a Shakespeare-like one with the transformer;
+    # a file that is not LEAF's schema exits 2 with one line naming the file and key.
+    cd "$WORK" || fail "no folder"
+    "$PYTHON" - "$WORK" <<'PY' || fail "fixture"
+import json, os, random, sys
+random.seed(0)
+def write(folder, split, users):
+    os.makedirs(os.path.join(sys.argv[1], folder, split), exist_ok=True)
+    names = sorted(users)
+    for part in range(2):  # LEAF splits a data set over several files
+        mine = names[part::2]
+        data = {"users": mine, "num_samples": [len(users[u][1]) for u in mine],
+                "user_data": {u: {"x": users[u][0], "y": users[u][1]} for u in mine}}
+        with open(os.path.join(sys.argv[1], folder, split, f"all_data_{part}_niid_0_keep_0_{split}_9.json"), "w") as f:
+            json.dump(data, f)
+def image(label):
+    return [round(min(1.0, random.random() * 0.3 + (0.7 if (j // 78) == label else 0.0)), 6) for j in range(784)]
+def images(n, labels):
+    ys = [random.choice(labels) for _ in range(n)]
+    return [image(y) for y in ys], ys
+write("femnist", "train", {f"f{u:04d}_{u % 3}": images(12 + u, [u % 10, (u + 3) % 10]) for u in range(8)})
+write("femnist", "test", {f"f{u:04d}_{u % 3}": images(4, [u % 10, (u + 3) % 10]) for u in range(8)})
+text = "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer. " * 4
+def windows(n):
+    starts = [random.randrange(len(text) - 81) for _ in range(n)]
+    return [text[s:s + 80] for s in starts], [text[s + 80] for s in starts]
+write("shakespeare", "train", {f"THE_TRAGEDY_{u}": windows(10) for u in range(4)})
+write("shakespeare", "test", {f"THE_TRAGEDY_{u}": windows(3) for u in range(4)})
+PY
+    write leaf.yaml <<'YAML'
+rounds: 3
+cohort: {size: 4}
+data: {name: leaf}
+algorithm: {name: fedavg, client_lr: 0.05, batch_size: 10}
+logging: {eval_every: 1}
+YAML
+    experiment="$WORK/leaf.yaml"
+    leaf=()
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" --dry-run "${leaf[@]}" --set data.path="$WORK/femnist" --set model.name=mlp
+    grep -q "# clients: 8; examples per client (min / median / max): 12 / 16 / 19; labels per client: 2 / 2 / 2; test examples: 32" \
+      "$WORK/stdout" || fail "dry run: $(cat "$WORK/stdout")"
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o femnist.h5 "${leaf[@]}" --set data.path="$WORK/femnist" \
+      --set model.name=softmax_regression --set algorithm.local_epochs=2
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o shakespeare.h5 "${leaf[@]}" --set data.path="$WORK/shakespeare" \
+      --set model.name=transformer --set model.width=16 --set model.depth=1 --set model.heads=2
+    "$PYTHON" - femnist.h5 shakespeare.h5 <<'PY' || fail "the runs did not log"
+import sys, h5py, numpy as np
+for path, data in zip(sys.argv[1:], ["numeric features (FEMNIST, Synthetic)", "characters (Shakespeare)"]):
+    f = h5py.File(path)
+    acc = f["metrics/eval/accuracy"][()]
+    assert len(acc) == 3 and np.all(np.isfinite(acc)), (path, acc)
+    assert data in f["env"].attrs["data"], f["env"].attrs["data"]
+acc = h5py.File(sys.argv[1])["metrics/eval/accuracy"][()]
+assert acc[-1] > 0.5, acc  # ten classes with two per client: a model that learns nothing gets 0.1
+PY
+    bad="$WORK/femnist/train/all_data_1_niid_0_keep_0_train_9.json"
+    printf '{"hierarchies": 5, "users": 3, "num_samples": [1]}' > "$bad"
+    run_expect 2 "all_data_1_niid_0_keep_0_train_9\.json: \"users\" is a number; LEAF's schema has a list of user names" -- \
+      "$FAX_RUN" run "$experiment" -o bad.h5 "${leaf[@]}" --set data.path="$WORK/femnist" --set model.name=mlp
+    [[ ! -e bad.h5 ]] || fail "a refused run wrote a log"
     ;;
   missing_file)
     run_expect 2 "nowhere\.yaml: cannot open the experiment file" -- "$FAX_RUN" run "$WORK/nowhere.yaml"
