@@ -24,12 +24,12 @@ constexpr double kProbeSeconds = 60;
 
 // The listing of one loaded plugin: kind, versions, description, keys.
 template <class Entry>
-void print_plugin(const Entry& p, const std::string& kind) {
+void print_plugin(const Entry& p, const std::string& section, const std::string& kind) {
   std::printf("\n%s  (%s; fax %s, LibTorch %s)  %s\n  %s\n", p.name.c_str(), kind.c_str(), p.fax_version.c_str(),
               p.torch_version.c_str(), p.path.c_str(), p.description.c_str());
   for (const auto& key : p.keys) {
     const std::string constraints = describe_constraints(key);
-    const std::string name = kind + "." + key.name;
+    const std::string name = section + "." + key.name;
     std::printf("  %-28s %-8s = %-8s %s%s\n", name.c_str(), to_string(key.type),
                 key.default_value.c_str(), key.doc.c_str(),
                 constraints.empty() ? "" : (" (" + constraints + ")").c_str());
@@ -99,8 +99,10 @@ std::string refusal(const Probe& p) {
 
 int plugins_command(const PluginsOptions& options) {
   if (!options.probe.empty()) {
-    if (plugin_kind(options.probe) == kModelPlugin) print_plugin(*load_model_plugin_file(options.probe), kModelPlugin);
-    else print_plugin(*load_plugin_file(options.probe), kAlgorithmPlugin);
+    const std::string kind = plugin_kind(options.probe);
+    if (kind == kModelPlugin) print_plugin(*load_model_plugin_file(options.probe), "model", kind);
+    else if (kind == kDatasetPlugin) print_plugin(*load_dataset_plugin_file(options.probe), "data", kind);
+    else print_plugin(*load_plugin_file(options.probe), "algorithm", kind);
     return 0;
   }
   const PluginLoader loader(options.plugin_dirs);
@@ -123,7 +125,7 @@ int plugins_command(const PluginsOptions& options) {
 
 Subcommand add_plugins_subcommand(CLI::App& app) {
   auto o = std::make_shared<PluginsOptions>();
-  CLI::App* cmd = app.add_subcommand("plugins", "list the plugins found (algorithms and models), with versions and keys");
+  CLI::App* cmd = app.add_subcommand("plugins", "list the plugins found (algorithms, models, data sets), with versions and keys");
   add_plugin_dir_option(*cmd, o->plugin_dirs);
   cmd->add_option("--probe", o->probe)->group("");
   return {cmd, [o] { return plugins_command(*o); }};

@@ -215,6 +215,7 @@ int execute(const ExperimentSetup& setup, const std::string& source, const std::
     env.emplace_back("algorithm", setup.plugin->name);
     env.emplace_back("algorithm_plugin", setup.plugin->path);
     if (setup.model_plugin) env.emplace_back("model_plugin", setup.model_plugin->path);
+    if (setup.dataset_plugin) env.emplace_back("data_plugin", setup.dataset_plugin->path);
     env.emplace_back("identity", identity);
     log.emplace(output, config_to_yaml(config), env);
   }
@@ -231,7 +232,8 @@ int execute(const ExperimentSetup& setup, const std::string& source, const std::
     std::printf("fax-run %s: %s%s\n  data: %s\n  model: %s\n  algorithm: %s (%s)\n  mesh: %d %sexecutors x %d threads, "
                 "%lld logical shards; cohort %lld of %lld clients; %lld rounds\n  log: %s\n",
                 FAX_VERSION, source.c_str(),
-                resume ? fmt::format(" (resuming after round {})", first).c_str() : "", data->describe().c_str(),
+                resume ? fmt::format(" (resuming after round {})", first).c_str() : "",
+                (data->describe() + (setup.dataset_plugin ? " (" + setup.dataset_plugin->path + ")" : "")).c_str(),
                 (model->describe() + (setup.model_plugin ? " (" + setup.model_plugin->path + ")" : "")).c_str(),
                 setup.plugin->name.c_str(), setup.plugin->path.c_str(), mesh.executors,
                 coordinator ? "remote " : "", mesh.threads_per_executor, static_cast<long long>(mesh.logical_shards),
@@ -269,6 +271,7 @@ int execute(const ExperimentSetup& setup, const std::string& source, const std::
 std::vector<std::string> experiment_inputs(const ExperimentSetup& setup, const std::string& experiment) {
   std::vector<std::string> inputs{experiment, setup.plugin->path};
   if (setup.model_plugin) inputs.push_back(setup.model_plugin->path);
+  if (setup.dataset_plugin) inputs.push_back(setup.dataset_plugin->path);
   for (const char* key : {"data.path", "data.test_path", "model.path"})
     if (setup.config.has(key)) inputs.push_back(setup.config.get_string(key));
   return inputs;

@@ -18,6 +18,25 @@ auto find_named(const Config& config, const Schema& base, const std::string& key
   }
 }
 
+// The entry of `registry` named `name`, else the plugin file `name` names on the loader's path,
+// loaded by `load` (which returns the entry to use); `what` names the kind for messages.
+template <class Entry, class Load>
+const Entry* builtin_or_plugin(const std::string& name, const std::vector<Entry>& registry, const char* what,
+                               const PluginLoader& loader, Load&& load) {
+  if (name.find('/') == std::string::npos) {
+    for (const auto& entry : registry)
+      if (entry.name == name) return &entry;
+  }
+  const auto path = loader.locate(name);
+  if (!path) {
+    std::vector<std::string> names;
+    for (const auto& entry : registry) names.push_back(entry.name);
+    throw Error(fmt::format("unknown {} '{}' (built in: {}; nor is there a {} plugin fax_{}.so in {})", what, name,
+                            fmt::join(names, ", "), what, name, fmt::join(loader.search_path(), ", ")));
+  }
+  return load(*path);
+}
+
 }  // namespace
 
 ExperimentSetup load_experiment(const std::string& path, const std::vector<std::string>& overrides,
@@ -32,22 +51,18 @@ ExperimentSetup resolve_experiment(Config config, const PluginLoader& loader) {
   setup.config = std::move(config);
 
   Schema schema = experiment_schema();
-  setup.dataset = find_named(setup.config, schema, "data.name", [](const std::string& n) { return &find_dataset(n); });
-  setup.model = find_named(setup.config, schema, "model.name", [&](const std::string& n) -> const ModelEntry* {
-    if (n.find('/') == std::string::npos) {
-      for (const auto& entry : model_registry())
-        if (entry.name == n) return &entry;
-    }
-    // Not built in: a model plugin.
-    const auto path = loader.locate(n);
-    if (!path) {
-      std::vector<std::string> names;
-      for (const auto& entry : model_registry()) names.push_back(entry.name);
-      throw Error(fmt::format("unknown model '{}' (built in: {}; nor is there a model plugin fax_{}.so in {})", n,
-                              fmt::join(names, ", "), n, fmt::join(loader.search_path(), ", ")));
-    }
-    setup.model_plugin = load_model_plugin_file(*path);
-    return setup.model_plugin.get();
+  setup.dataset = find_named(setup.config, schema, "data.name", [&](const std::string& n) {
+    return builtin_or_plugin(n, dataset_registry(), "data set", loader, [&](const std::string& path) {
+      setup.dataset_plugin = load_dataset_plugin_file(path);
+      setup.dataset_from_plugin = std::make_shared<DatasetEntry>(DatasetEntry{*setup.dataset_plugin, nullptr});
+      return setup.dataset_from_plugin.get();
+    });
+  });
+  setup.model = find_named(setup.config, schema, "model.name", [&](const std::string& n) {
+    return builtin_or_plugin(n, model_registry(), "model", loader, [&](const std::string& path) {
+      setup.model_plugin = load_model_plugin_file(path);
+      return static_cast<const ModelEntry*>(setup.model_plugin.get());
+    });
   });
   setup.plugin = find_named(setup.config, schema, "algorithm.name", [&](const std::string& n) { return loader.load(n); });
   schema.add_all(setup.dataset->keys, "data");
@@ -58,10 +73,11 @@ ExperimentSetup resolve_experiment(Config config, const PluginLoader& loader) {
 }
 
 std::string experiment_identity(const ExperimentSetup& setup, const FederatedDataset& data, const Model& model) {
-  const std::string model_file =
-      setup.model_plugin ? fmt::format(" from plugin {}", file_fingerprint(setup.model_plugin->path)) : "";
-  return fmt::format("algorithm {} {}, data {}, model {}{}", setup.plugin->name, file_fingerprint(setup.plugin->path),
-                     data.describe(), model.describe(), model_file);
+  const auto from = [](const auto& plugin) {
+    return plugin ? fmt::format(" from plugin {}", file_fingerprint(plugin->path)) : std::string();
+  };
+  return fmt::format("algorithm {} {}, data {}{}, model {}{}", setup.plugin->name, file_fingerprint(setup.plugin->path),
+                     data.describe(), from(setup.dataset_plugin), model.describe(), from(setup.model_plugin));
 }
 
 }  // namespace fax::cli

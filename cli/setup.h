@@ -16,7 +16,9 @@ namespace fax::cli {
 /// those of the data set, model and algorithm plugin it names.
 struct ExperimentSetup {
   Config config;
-  const DatasetEntry* dataset = nullptr;
+  const DatasetEntry* dataset = nullptr;  ///< built in, or made from dataset_plugin
+  std::shared_ptr<const DatasetPlugin> dataset_plugin;
+  std::shared_ptr<const DatasetEntry> dataset_from_plugin;  // a plugin has no size estimate
   const ModelEntry* model = nullptr;  ///< built in, or model_plugin
   std::shared_ptr<const ModelPlugin> model_plugin;
   std::shared_ptr<const Plugin> plugin;
@@ -27,7 +29,8 @@ ExperimentSetup resolve_experiment(Config config, const PluginLoader& loader);
 
 /// What an experiment resolved to on this host, for a coordinator to compare with its workers':
 /// the plugin (name and a hash of its library file: another build would compute other bits), the
-/// data set and the model as they describe themselves (a model plugin with its file's hash).
+/// data set and the model as they describe themselves (model and data set plugins with their
+/// files' hashes).
 std::string experiment_identity(const ExperimentSetup& setup, const FederatedDataset& data, const Model& model);
 /// The experiment file at `path` with its --set overrides, resolved.
 ExperimentSetup load_experiment(const std::string& path, const std::vector<std::string>& overrides,

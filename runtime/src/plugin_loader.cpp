@@ -110,51 +110,84 @@ class GuardedAlgorithm final : public Algorithm {
   Made made_;
 };
 
-// The plugin's model behind the same wall.
-class GuardedModel final : public Model {
+// The plugin's object and the guard on every call into it.
+class Wall {
  public:
-  GuardedModel(Model* inner, const FaxPluginInfo* info, std::string who)
-      : inner_(inner), made_(inner, info, std::move(who)) {}
-
-  std::string describe() const override { return call("describe", [&] { return inner_->describe(); }); }
-  TensorTree init(at::Generator generator) const override {
-    return call("init", [&] { return inner_->init(std::move(generator)); });
-  }
-  at::Tensor forward(const TensorTree& params, const at::Tensor& x) const override {
-    return call("forward", [&] { return inner_->forward(params, x); });
-  }
-  at::Tensor forward_eval(const TensorTree& params, const at::Tensor& x) const override {
-    return call("forward_eval", [&] { return inner_->forward_eval(params, x); });
-  }
-  int64_t forward_flops() const override { return call("forward_flops", [&] { return inner_->forward_flops(); }); }
-  int64_t num_parameters() const override { return call("num_parameters", [&] { return inner_->num_parameters(); }); }
-  int64_t activations_per_example() const override {
-    return call("activations_per_example", [&] { return inner_->activations_per_example(); });
-  }
-  std::optional<InputLayer> input_layer() const override {
-    return call("input_layer", [&] { return inner_->input_layer(); });
-  }
-  at::Tensor input_features(const TensorTree& params, const at::Tensor& x) const override {
-    return call("input_features", [&] { return inner_->input_features(params, x); });
-  }
-  at::Tensor forward_from_input_layer(const TensorTree& params, const at::Tensor& z) const override {
-    return call("forward_from_input_layer", [&] { return inner_->forward_from_input_layer(params, z); });
-  }
-  at::Tensor loss(const at::Tensor& logits, const at::Tensor& labels) const override {
-    return call("loss", [&] { return inner_->loss(logits, labels); });
-  }
-  bool is_buffer(const std::string& leaf) const override {
-    return call("is_buffer", [&] { return inner_->is_buffer(leaf); });
-  }
-  int64_t preferred_chunk() const override { return call("preferred_chunk", [&] { return inner_->preferred_chunk(); }); }
-
- private:
+  Wall(void* made, const FaxPluginInfo* info, std::string who) : made_(made, info, std::move(who)) {}
   template <class F>
   auto call(const char* name, F&& f) const -> decltype(f()) {
     return guarded(made_.who(), name, std::forward<F>(f));
   }
-  Model* inner_;
+
+ private:
   Made made_;
+};
+
+// The plugin's model behind the same wall.
+class GuardedModel final : public Model {
+ public:
+  GuardedModel(Model* inner, const FaxPluginInfo* info, std::string who)
+      : inner_(inner), wall_(inner, info, std::move(who)) {}
+
+  std::string describe() const override { return wall_.call("describe", [&] { return inner_->describe(); }); }
+  TensorTree init(at::Generator generator) const override {
+    return wall_.call("init", [&] { return inner_->init(std::move(generator)); });
+  }
+  at::Tensor forward(const TensorTree& params, const at::Tensor& x) const override {
+    return wall_.call("forward", [&] { return inner_->forward(params, x); });
+  }
+  at::Tensor forward_eval(const TensorTree& params, const at::Tensor& x) const override {
+    return wall_.call("forward_eval", [&] { return inner_->forward_eval(params, x); });
+  }
+  int64_t forward_flops() const override { return wall_.call("forward_flops", [&] { return inner_->forward_flops(); }); }
+  int64_t num_parameters() const override { return wall_.call("num_parameters", [&] { return inner_->num_parameters(); }); }
+  int64_t activations_per_example() const override {
+    return wall_.call("activations_per_example", [&] { return inner_->activations_per_example(); });
+  }
+  std::optional<InputLayer> input_layer() const override {
+    return wall_.call("input_layer", [&] { return inner_->input_layer(); });
+  }
+  at::Tensor input_features(const TensorTree& params, const at::Tensor& x) const override {
+    return wall_.call("input_features", [&] { return inner_->input_features(params, x); });
+  }
+  at::Tensor forward_from_input_layer(const TensorTree& params, const at::Tensor& z) const override {
+    return wall_.call("forward_from_input_layer", [&] { return inner_->forward_from_input_layer(params, z); });
+  }
+  at::Tensor loss(const at::Tensor& logits, const at::Tensor& labels) const override {
+    return wall_.call("loss", [&] { return inner_->loss(logits, labels); });
+  }
+  bool is_buffer(const std::string& leaf) const override {
+    return wall_.call("is_buffer", [&] { return inner_->is_buffer(leaf); });
+  }
+  int64_t preferred_chunk() const override { return wall_.call("preferred_chunk", [&] { return inner_->preferred_chunk(); }); }
+
+ private:
+  Model* inner_;
+  Wall wall_;
+};
+
+// The plugin's data set behind the same wall.
+class GuardedDataset final : public FederatedDataset {
+ public:
+  GuardedDataset(FederatedDataset* inner, const FaxPluginInfo* info, std::string who)
+      : inner_(inner), wall_(inner, info, std::move(who)) {}
+
+  std::string describe() const override { return wall_.call("describe", [&] { return inner_->describe(); }); }
+  int64_t num_clients() const override { return wall_.call("num_clients", [&] { return inner_->num_clients(); }); }
+  int64_t num_examples(int64_t client) const override {
+    return wall_.call("num_examples", [&] { return inner_->num_examples(client); });
+  }
+  Examples client(int64_t client) const override { return wall_.call("client", [&] { return inner_->client(client); }); }
+  std::string client_name(int64_t client) const override {
+    return wall_.call("client_name", [&] { return inner_->client_name(client); });
+  }
+  const Examples& test() const override { return wall_.call("test", [&]() -> const Examples& { return inner_->test(); }); }
+  std::vector<int64_t> input_shape() const override { return wall_.call("input_shape", [&] { return inner_->input_shape(); }); }
+  int64_t num_classes() const override { return wall_.call("num_classes", [&] { return inner_->num_classes(); }); }
+
+ private:
+  FederatedDataset* inner_;
+  Wall wall_;
 };
 
 // "algorithm plugin 'fedavg' (/path/fax_fedavg.so)": how errors name a plugin.
@@ -254,8 +287,8 @@ const FaxPluginInfo* open_library(const std::string& path) {
                 (info->keys != nullptr || info->num_keys == 0) && info->create != nullptr && info->destroy != nullptr,
             "plugin {}: its entry point returned an incomplete description", path);
   const std::string kind = info->kind;
-  FAX_CHECK(kind == kAlgorithmPlugin || kind == kModelPlugin,
-            "plugin {}: unknown kind '{}' (this fax loads algorithm and model plugins)", path, kind);
+  FAX_CHECK(kind == kAlgorithmPlugin || kind == kModelPlugin || kind == kDatasetPlugin,
+            "plugin {}: unknown kind '{}' (this fax loads algorithm, model and dataset plugins)", path, kind);
   return info;
 }
 
@@ -264,8 +297,9 @@ template <class Entry>
 std::shared_ptr<Entry> open_plugin(const std::string& path, const char* kind) {
   const FaxPluginInfo* info = open_library(path);
   const auto a = [](const std::string& k) { return (k == kAlgorithmPlugin ? "an " : "a ") + k; };
+  const std::string section = std::string(info->kind) == kDatasetPlugin ? "data" : info->kind;
   FAX_CHECK(std::string(info->kind) == kind, "plugin {} holds {}, not {}: name it in {}.name", path, a(info->kind),
-            a(kind), info->kind);
+            a(kind), section);
   auto plugin = std::make_shared<Entry>();
   plugin->path = path;
   plugin->name = info->name;
@@ -299,6 +333,17 @@ std::shared_ptr<const ModelPlugin> load_model_plugin_file(const std::string& pat
     const ModelPluginArgs args{&config, &shape};
     auto* inner = static_cast<Model*>(create_from(info, who, &args));
     return std::make_unique<GuardedModel>(inner, info, who);
+  };
+  return plugin;
+}
+
+std::shared_ptr<const DatasetPlugin> load_dataset_plugin_file(const std::string& path) {
+  auto plugin = open_plugin<DatasetPlugin>(path, kDatasetPlugin);
+  plugin->create = [info = plugin->info, who = describe_plugin(kDatasetPlugin, plugin->name, path)](
+                       const Config& config) -> std::unique_ptr<FederatedDataset> {
+    const DatasetPluginArgs args{&config};
+    auto* inner = static_cast<FederatedDataset*>(create_from(info, who, &args));
+    return std::make_unique<GuardedDataset>(inner, info, who);
   };
   return plugin;
 }
@@ -352,6 +397,10 @@ std::shared_ptr<const Plugin> PluginLoader::load(const std::string& name) const 
 
 std::shared_ptr<const ModelPlugin> PluginLoader::load_model(const std::string& name) const {
   return load_model_plugin_file(find(name, kModelPlugin));
+}
+
+std::shared_ptr<const DatasetPlugin> PluginLoader::load_dataset(const std::string& name) const {
+  return load_dataset_plugin_file(find(name, kDatasetPlugin));
 }
 
 std::vector<std::string> PluginLoader::candidates() const {

@@ -283,7 +283,7 @@ PY
     ;;
   unknown_data_set)
     printf 'data:\n  name: mnist\n' | write bad.yaml
-    run_expect 2 "bad\.yaml:2:9: unknown data set 'mnist' \(available: synthetic, fmnist, cifar10, cifar100, leaf, tff_hdf5, text, synthetic_tokens\)" -- "$FAX_RUN" run "$WORK/bad.yaml"
+    run_expect 2 "bad\.yaml:2:9: unknown data set 'mnist' \(built in: synthetic, fmnist, cifar10, cifar100, leaf, tff_hdf5, text, synthetic_tokens; nor is there a data set plugin fax_mnist\.so in " -- "$FAX_RUN" run "$WORK/bad.yaml"
     run_expect 2 "^fax-run: --set data\.name=mnist: unknown data set 'mnist'" -- \
       "$FAX_RUN" run "$experiment" --set data.name=mnist --dry-run
     ;;
@@ -321,6 +321,53 @@ PY
       "$FAX_RUN" run "$experiment" --set algorithm.name=example_model
     run_expect 2 "unknown model 'nope' \(built in: softmax_regression, mlp, cnn, lenet, resnet18_gn, transformer, torchscript; nor is there a model plugin fax_nope\.so in " -- \
       "$FAX_RUN" run "$experiment" --set model.name=nope
+    ;;
+  dataset_plugin)
+    # The template data set plugin (CSV rows) trains through fax-run with the same bits on 1 and 2
+    # executors; it is listed with its keys and logged; a bad row, plugins of the wrong kind and an
+    # unknown data set exit 2 with one line.
+    cd "$WORK" || fail "no work folder"
+    "$PYTHON" - <<'PY' || fail "fixture"
+import random
+random.seed(1)
+with open("rows.csv", "w") as f:
+    f.write("# client,label,features\n")
+    for i in range(120):
+        client, label = f"site{i % 6}", random.randrange(3)
+        f.write(",".join([client, str(label)] + [f"{label + random.gauss(0, 0.5):.4f}" for _ in range(5)]) + "\n")
+PY
+    write csv.yaml <<'YAML'
+rounds: 4
+cohort: {size: 3}
+data: {name: example_dataset, path: rows.csv}
+model: {name: softmax_regression}
+algorithm: {name: fedavg, client_lr: 0.1, batch_size: 5, local_epochs: 3}
+execution: {logical_shards: 2}
+logging: {eval_every: 2}
+YAML
+    for e in 1 2; do
+      run_expect 0 "" -- "$FAX_RUN" run csv.yaml -q -o "e$e.h5" --set execution.executors=$e
+    done
+    "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" e1.h5 e2.h5 4 || fail "1 and 2 executors differ"
+    "$PYTHON" - e1.h5 <<'PY' || fail "the run log does not name the data set plugin"
+import sys, h5py
+f = h5py.File(sys.argv[1])
+env = f["env"].attrs
+assert env["data"] == "example_dataset(rows.csv): 6 clients, 5 features, 3 classes", env["data"]
+assert env["data_plugin"].endswith("fax_example_dataset.so"), env["data_plugin"]
+assert env["identity"].count("from plugin (") == 1, env["identity"]
+assert f["metrics/eval/accuracy"][-1] > 0.6, f["metrics/eval/accuracy"][()]
+PY
+    run_expect 0 "" -- "$FAX_RUN" plugins
+    grep -q "^example_dataset  (dataset;" "$WORK/stdout" && grep -q "  data.test_fraction " "$WORK/stdout" || fail "not listed"
+    echo "site1,2,0.5,x,1,1,1" >> rows.csv
+    run_expect 2 "dataset plugin 'example_dataset' \(.*fax_example_dataset\.so\): rows\.csv:122: 'x' is not a finite number" -- \
+      "$FAX_RUN" run csv.yaml -o bad.h5
+    [[ ! -e bad.h5 ]] || fail "a refused run wrote a log"
+    run_expect 2 "fax_fedavg\.so holds an algorithm, not a dataset: name it in algorithm\.name" -- \
+      "$FAX_RUN" run csv.yaml --set data.name=fedavg
+    run_expect 2 "fax_example_dataset\.so holds a dataset, not an algorithm: name it in data\.name" -- \
+      "$FAX_RUN" run csv.yaml --set algorithm.name=example_dataset
     ;;
   torchscript)
     # A PyTorch MLP exported to TorchScript trains through fax-run with the same bits on 1 and 2

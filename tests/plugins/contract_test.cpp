@@ -5,7 +5,10 @@
 // runs with softmax regression; a model plugin runs under fedavg, on 8x8 one-channel images (the
 // shape a template model must accept), and its batched forward equals each client's own.
 
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
 
 #include <fax/datasets/in_memory.h>
 #include <fax/io/config_yaml.h>
@@ -80,9 +83,50 @@ const auto plugin_file_name = [](const ::testing::TestParamInfo<std::string>& in
 INSTANTIATE_TEST_SUITE_P(Found, PluginContract, ::testing::ValuesIn(plugins_found(kAlgorithmPlugin)), plugin_file_name);
 INSTANTIATE_TEST_SUITE_P(Found, ModelContract, ::testing::ValuesIn(plugins_found(kModelPlugin)), plugin_file_name);
 
+// A data set plugin: documented keys, valid defaults; what it loads depends on its files.
+class DatasetContract : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Found, DatasetContract, ::testing::ValuesIn(plugins_found(kDatasetPlugin)), plugin_file_name);
+
+TEST_P(DatasetContract, KeysAreDocumentedAndTheirDefaultsValid) {
+  const auto plugin = load_dataset_plugin_file(GetParam());
+  EXPECT_FALSE(plugin->description.empty());
+  EXPECT_EQ(fs::path(GetParam()).stem().string(), "fax_" + plugin->name);
+  expect_documented_keys(plugin->keys, "data");
+}
+
+// The template data set through the loader's wall: its data as written, its own errors prefixed
+// with the plugin's name, and a std::exception from one of its calls turned into a fax::Error
+// naming the plugin and the call.
+TEST(DatasetPlugin, TemplateLoadsThroughTheGuard) {
+  const auto plugin = load_dataset_plugin_file((fs::path(FAX_TEST_PLUGIN_DIR) / "fax_example_dataset.so").string());
+  const fs::path csv = fs::temp_directory_path() / ("fax_dataset_plugin_" + std::to_string(::getpid()) + ".csv");
+  std::ofstream(csv) << "# client,label,x,y\nb,1,0.5,2\na,0,1,-1\nb,2,3,4\nb,0,1,1\na,1,0,0\n";
+  Schema schema;
+  schema.add_all(plugin->keys, "data");
+  Config config = parse_config("data: {path: " + csv.string() + ", test_fraction: 0.5}", "test");
+  config.resolve(schema);
+  const auto data = plugin->create(config);
+  fs::remove(csv);
+  ASSERT_EQ(data->num_clients(), 2);
+  EXPECT_EQ(data->client_name(0), "b");
+  EXPECT_EQ(data->num_classes(), 3);
+  EXPECT_EQ(data->input_shape(), (std::vector<int64_t>{2}));
+  // b keeps its first 2 of 3 rows (floor(1.5) = 1 held out), a its first 1 of 2.
+  EXPECT_TRUE(at::equal(data->client(0).x, at::tensor({0.5f, 2.f, 3.f, 4.f}).view({2, 2})));
+  EXPECT_TRUE(at::equal(data->test().y, at::tensor({0, 1}, at::kLong)));
+  const std::string who = "dataset plugin 'example_dataset' (" + plugin->path + ")";
+  EXPECT_EQ(test::error_of([&] { data->client(7); }).rfind(who + " failed in client(): ", 0), 0u)
+      << test::error_of([&] { data->client(7); });
+  EXPECT_EQ(test::error_of([&] { plugin->create(config); }),
+            who + ": data.path: " + csv.string() + ": cannot open the file");
+  EXPECT_EQ(test::error_of([&] { load_model_plugin_file(plugin->path); }),
+            "plugin " + plugin->path + " holds a dataset, not a model: name it in data.name");
+}
+
 TEST(PluginContracts, FindPlugins) {
   EXPECT_GE(plugins_found(kAlgorithmPlugin).size(), 8u) << FAX_TEST_PLUGIN_DIR;
   EXPECT_GE(plugins_found(kModelPlugin).size(), 1u) << FAX_TEST_PLUGIN_DIR;
+  EXPECT_GE(plugins_found(kDatasetPlugin).size(), 1u) << FAX_TEST_PLUGIN_DIR;
 }
 
 TEST_P(PluginContract, KeysAreDocumentedAndTheirDefaultsValid) {

@@ -1,18 +1,21 @@
 #pragma once
 
 /// The plugin ABI. A plugin is a shared library (built with fax_add_plugin) that exports one
-/// algorithm or one model:
+/// algorithm, one model or one data set:
 ///
 ///   FAX_PLUGIN(Type): Type is a fax::Algorithm subclass, default-constructible;
 ///   FAX_MODEL_PLUGIN(Type): Type is a fax::Model subclass constructed from
-///     (const fax::Config&, const fax::ModelShape&): the experiment and what the data needs.
+///     (const fax::Config&, const fax::ModelShape&): the experiment and what the data needs;
+///   FAX_DATASET_PLUGIN(Type): Type is a fax::FederatedDataset subclass constructed from
+///     (const fax::Config&): the experiment.
 ///
 /// Type provides:
 ///
-///   static constexpr const char* name = "fedavg";          // algorithm.name or model.name
+///   static constexpr const char* name = "fedavg";          // algorithm.name, model.name, data.name
 ///   static constexpr const char* description = "...";      // one line
 ///   static const fax::Settings<Options>& settings();       // its settings (fax/base/settings.h),
-///                                                          // relative to "algorithm." / "model."
+///                                                          // relative to "algorithm.", "model."
+///                                                          // or "data."
 ///
 /// (or, instead of settings(), `static std::vector<fax::ConfigKey> keys();`).
 ///
@@ -32,6 +35,7 @@
 #include <fax/base/version.h>
 #include <fax/nn/model.h>
 #include <fax/train/algorithm.h>
+#include <fax/train/dataset.h>
 
 /// Bumped whenever FaxPluginInfo, fax::Algorithm, fax::Model or the types they pass change
 /// incompatibly.
@@ -41,7 +45,7 @@
 extern "C" {
 
 typedef struct FaxPluginKey {
-  const char* name;           /* relative to "algorithm." or "model." */
+  const char* name;           /* relative to "algorithm.", "model." or "data." */
   const char* type;           /* "integer", "float", "bool" or "string" */
   const char* default_value;  /* YAML scalar text */
   const char* doc;
@@ -56,12 +60,13 @@ typedef struct FaxPluginInfo {
   const char* fax_version;    /* FAX_VERSION of the plugin's build */
   const char* torch_version;  /* TORCH_VERSION of the plugin's build */
   int cxx11_abi;              /* _GLIBCXX_USE_CXX11_ABI of the plugin's build */
-  const char* kind;           /* "algorithm" or "model" */
+  const char* kind;           /* "algorithm", "model" or "dataset" */
   const char* name;
   const char* description;
   const FaxPluginKey* keys;
   size_t num_keys;
-  /* A new fax::Algorithm (args: NULL) or fax::Model (args: a fax::ModelPluginArgs*), as void*. */
+  /* A new fax::Algorithm (args: NULL), fax::Model (args: a fax::ModelPluginArgs*) or
+     fax::FederatedDataset (args: a fax::DatasetPluginArgs*), as void*. */
   void* (*create)(const void* args);
   void (*destroy)(void*);
 } FaxPluginInfo;
@@ -73,12 +78,18 @@ namespace fax {
 
 inline constexpr const char* kAlgorithmPlugin = "algorithm";
 inline constexpr const char* kModelPlugin = "model";
+inline constexpr const char* kDatasetPlugin = "dataset";
 
 /// What a model plugin's create() gets: the resolved experiment (its keys under "model.") and the
 /// shape the data set needs.
 struct ModelPluginArgs {
   const Config* config;
   const ModelShape* shape;
+};
+
+/// What a data set plugin's create() gets: the resolved experiment (its keys under "data.").
+struct DatasetPluginArgs {
+  const Config* config;
 };
 
 }  // namespace fax
@@ -135,4 +146,12 @@ std::vector<ConfigKey> plugin_keys() {
   FAX_PLUGIN_ENTRY(Type, ::fax::kModelPlugin, ::fax::Model, [](const void* args) -> void* {    \
     const auto* a = static_cast<const ::fax::ModelPluginArgs*>(args);                          \
     return static_cast<::fax::Model*>(new Type(*a->config, *a->shape));                        \
+  })
+
+/// Exports `Type` (a fax::FederatedDataset with static name, description and settings(),
+/// constructed from (const fax::Config&)) as a data set plugin.
+#define FAX_DATASET_PLUGIN(Type)                                                                      \
+  FAX_PLUGIN_ENTRY(Type, ::fax::kDatasetPlugin, ::fax::FederatedDataset, [](const void* args) -> void* { \
+    const auto* a = static_cast<const ::fax::DatasetPluginArgs*>(args);                               \
+    return static_cast<::fax::FederatedDataset*>(new Type(*a->config));                               \
   })

@@ -10,6 +10,7 @@
 #include <fax/base/registry.h>
 #include <fax/nn/model.h>
 #include <fax/train/algorithm.h>
+#include <fax/train/dataset.h>
 #include <fax/train/plugin.h>
 
 namespace fax {
@@ -37,6 +38,9 @@ struct Plugin : RegistryEntry<AlgorithmInstance>, PluginOrigin {
 /// A model plugin: a model registry entry (keys relative to "model."), guarded the same way.
 struct ModelPlugin : ModelEntry, PluginOrigin {};
 
+/// A data set plugin: a data set registry entry (keys relative to "data."), guarded the same way.
+struct DatasetPlugin : RegistryEntry<std::unique_ptr<FederatedDataset>, const Config&>, PluginOrigin {};
+
 /// Finds plugins as fax_<name>.so in, in order: `--plugin-dir` directories, FAX_PLUGIN_PATH
 /// (colon-separated), and <prefix>/lib/fax/plugins next to the running executable (the install
 /// prefix, or the build tree, which has the same layout).
@@ -52,6 +56,8 @@ class PluginLoader {
   std::shared_ptr<const Plugin> load(const std::string& name) const;
   /// The same for a model plugin.
   std::shared_ptr<const ModelPlugin> load_model(const std::string& name) const;
+  /// The same for a data set plugin.
+  std::shared_ptr<const DatasetPlugin> load_dataset(const std::string& name) const;
   /// The file `name` names: `name` itself when it contains a '/', else the first fax_<name>.so on
   /// the search path; none when there is no such file.
   std::optional<std::string> locate(const std::string& name) const;
@@ -70,7 +76,9 @@ class PluginLoader {
 std::shared_ptr<const Plugin> load_plugin_file(const std::string& path);
 /// The same for a model plugin.
 std::shared_ptr<const ModelPlugin> load_model_plugin_file(const std::string& path);
-/// The kind of the plugin at `path` ("algorithm" or "model"), loaded and checked.
+/// The same for a data set plugin.
+std::shared_ptr<const DatasetPlugin> load_dataset_plugin_file(const std::string& path);
+/// The kind of the plugin at `path` ("algorithm", "model" or "dataset"), loaded and checked.
 std::string plugin_kind(const std::string& path);
 
 /// "(N bytes, FNV-1a H)": what identifies a file's contents in an experiment's identity.
