@@ -67,23 +67,37 @@ fs::path data_folder(const std::string& path, const std::string& unpacked, const
   return path;
 }
 
+// The standard CIFAR augmentation: 4 pixels of black (standardised) around, a horizontal flip.
+std::optional<Augmentation> standard_augmentation(bool augment, const ChannelStats& stats) {
+  if (!augment) return std::nullopt;
+  Augmentation a;
+  a.pad = 4;
+  a.flip = true;
+  // In float, as the images are standardised: a black pixel's exact value.
+  for (int c = 0; c < 3; ++c) a.fill.push_back(-static_cast<float>(stats.mean[c]) / static_cast<float>(stats.std[c]));
+  return a;
+}
+
 }  // namespace
 
-std::unique_ptr<FederatedDataset> load_cifar10(const std::string& path, const PartitionOptions& partition) {
+std::unique_ptr<FederatedDataset> load_cifar10(const std::string& path, const PartitionOptions& partition, bool augment) {
   const fs::path dir = data_folder(path, "cifar-10-batches-bin", "data_batch_1.bin");
   Examples train = read_records(dir, {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin",
                                       "data_batch_5.bin"}, 1, 0, 10, kCifar10Stats);
   Examples test = read_records(dir, {"test_batch.bin"}, 1, 0, 10, kCifar10Stats);
-  return std::make_unique<PartitionedDataset>(std::move(train), std::move(test), 10, partition, "cifar10");
+  return std::make_unique<PartitionedDataset>(std::move(train), std::move(test), 10, partition, "cifar10",
+                                              standard_augmentation(augment, kCifar10Stats));
 }
 
-std::unique_ptr<FederatedDataset> load_cifar100(const std::string& path, bool coarse, const PartitionOptions& partition) {
+std::unique_ptr<FederatedDataset> load_cifar100(const std::string& path, bool coarse, const PartitionOptions& partition,
+                                                bool augment) {
   const fs::path dir = data_folder(path, "cifar-100-binary", "train.bin");
   const int64_t classes = coarse ? 20 : 100;
   Examples train = read_records(dir, {"train.bin"}, 2, coarse ? 0 : 1, classes, kCifar100Stats);
   Examples test = read_records(dir, {"test.bin"}, 2, coarse ? 0 : 1, classes, kCifar100Stats);
   return std::make_unique<PartitionedDataset>(std::move(train), std::move(test), classes, partition,
-                                              coarse ? "cifar100 (coarse labels)" : "cifar100");
+                                              coarse ? "cifar100 (coarse labels)" : "cifar100",
+                                              standard_augmentation(augment, kCifar100Stats));
 }
 
 }  // namespace fax

@@ -10,8 +10,9 @@
 namespace fax {
 
 PartitionedDataset::PartitionedDataset(Examples train, Examples test, int64_t num_classes,
-                                       const PartitionOptions& partition_options, std::string name)
-    : train_(std::move(train)), test_(std::move(test)), num_classes_(num_classes) {
+                                       const PartitionOptions& partition_options, std::string name,
+                                       std::optional<Augmentation> augmentation)
+    : train_(std::move(train)), test_(std::move(test)), num_classes_(num_classes), augmentation_(std::move(augmentation)) {
   for (const at::Tensor& indices : partition(train_.y, num_classes, partition_options)) {
     clients_.push_back(std::get<0>(indices.sort()));
   }
@@ -22,6 +23,10 @@ PartitionedDataset::PartitionedDataset(Examples train, Examples test, int64_t nu
   if (how == "shards") how += fmt::format("({} per client)", partition_options.shards_per_client);
   description_ = fmt::format("{}: {} clients ({} split), {} training and {} test examples", name, clients_.size(), how,
                              train_.size(), test_.size());
+  if (augmentation_) {
+    description_ += fmt::format(", augmented (crop with padding {}{})", augmentation_->pad,
+                                augmentation_->flip ? ", horizontal flip" : "");
+  }
 }
 
 int64_t PartitionedDataset::num_examples(int64_t client) const { return clients_.at(client).numel(); }

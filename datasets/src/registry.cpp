@@ -60,6 +60,7 @@ constexpr int64_t kCifarBytes = int64_t{60000} * 3072 * 5;
 struct CifarOptions {
   std::string path;
   std::string labels = "fine";
+  bool augment = false;
   PartitionOptions partition{"dirichlet", 100, 0.5, 2, 10, 0};
 };
 
@@ -104,6 +105,7 @@ Settings<CifarOptions> cifar_settings(bool labels) {
   using O = CifarOptions;
   Settings<O> s = Settings<O>().add("path", &O::path, "folder of the binary version (or the folder it unpacks in)");
   if (labels) s.add("labels", &O::labels, "fine (100 classes) or coarse (20)", one_of({"fine", "coarse"}));
+  s.add("augment", &O::augment, "clients train on random crops (padding 4) and horizontal flips of their images");
   return s.include(&O::partition, partition_settings());
 }
 
@@ -199,12 +201,12 @@ const std::vector<DatasetEntry>& dataset_registry() {
           [](const FashionMnistOptions& o) { return plus({kFashionMnistBytes, times({o.partition.clients, 64})}); }),
       entry<CifarOptions>(
           "cifar10", "CIFAR-10 (Krizhevsky 2009), binary version: 50k training images split into clients, 10k test",
-          cifar_settings(false), [](const CifarOptions& o) { return load_cifar10(o.path, o.partition); },
+          cifar_settings(false), [](const CifarOptions& o) { return load_cifar10(o.path, o.partition, o.augment); },
           [](const CifarOptions& o) { return plus({kCifarBytes, times({o.partition.clients, 64})}); }),
       entry<CifarOptions>(
           "cifar100", "CIFAR-100 (Krizhevsky 2009), binary version: fine or coarse labels, split into clients",
           cifar_settings(true),
-          [](const CifarOptions& o) { return load_cifar100(o.path, o.labels == "coarse", o.partition); },
+          [](const CifarOptions& o) { return load_cifar100(o.path, o.labels == "coarse", o.partition, o.augment); },
           [](const CifarOptions& o) { return plus({kCifarBytes, times({o.partition.clients, 64})}); }),
       entry<LeafOptions>(
           "leaf", "LEAF's JSON files (FEMNIST, Shakespeare, Sent140, Synthetic): each user a client",

@@ -184,6 +184,9 @@ class GuardedDataset final : public FederatedDataset {
   const Examples& test() const override { return wall_.call("test", [&]() -> const Examples& { return inner_->test(); }); }
   std::vector<int64_t> input_shape() const override { return wall_.call("input_shape", [&] { return inner_->input_shape(); }); }
   int64_t num_classes() const override { return wall_.call("num_classes", [&] { return inner_->num_classes(); }); }
+  std::optional<Augmentation> augmentation() const override {
+    return wall_.call("augmentation", [&] { return inner_->augmentation(); });
+  }
 
  private:
   FederatedDataset* inner_;

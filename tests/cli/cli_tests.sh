@@ -436,6 +436,19 @@ for path in sys.argv[1:]:
     assert len(acc) == 2 and np.all(np.isfinite(acc)), (path, acc)
     assert "cifar10: 10 clients (label_quantity(k=2) split), 200 training and 20 test examples" in f["env"].attrs["data"]
 PY
+    # Augmented clients (random crops and flips from each client's stream): the same bits on 1 and
+    # 2 executors, and other bits than without augmentation.
+    for e in 1 2; do
+      run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/augmented$e.h5" "${cifar[@]}" --set model.name=lenet \
+        --set data.augment=true --set execution.executors=$e --set execution.logical_shards=2
+    done
+    "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/augmented1.h5" "$WORK/augmented2.h5" 2 || fail "1 and 2 executors differ"
+    "$PYTHON" - "$WORK/augmented1.h5" "$WORK/lenet.h5" <<'PY' || fail "augmentation changed nothing"
+import sys, h5py, numpy as np
+augmented, plain = (h5py.File(p) for p in sys.argv[1:])
+assert augmented["env"].attrs["data"].endswith("augmented (crop with padding 4, horizontal flip)"), augmented["env"].attrs["data"]
+assert not np.array_equal(augmented["metrics/train/loss"][()], plain["metrics/train/loss"][()])
+PY
     head -c 5000 "$WORK/cifar/test_batch.bin" > "$WORK/cifar/short" && mv "$WORK/cifar/short" "$WORK/cifar/test_batch.bin"
     run_expect 2 "test_batch\.bin: truncated or not a CIFAR binary file: 5000 bytes is not a whole number of 3073-byte records" -- \
       "$FAX_RUN" run "$experiment" -o "$WORK/bad.h5" "${cifar[@]}" --set model.name=lenet

@@ -1,3 +1,6 @@
+#include <set>
+#include <tuple>
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -362,6 +365,77 @@ TEST_F(LocalTrainingTest, FactoringStepsAsideForGraphsAndPenalties) {
   };
   EXPECT_TRUE(at::equal(weights(true, true), weights(false, true)));
   EXPECT_FALSE(at::equal(weights(true, false), weights(false, false)));
+}
+
+// Images [2, 3, 3] with distinct positive pixels, 7 and 4 of them, whose training asks for a crop
+// with padding 1 (filled with -1 and -2) and a flip.
+class AugmentedImages final : public FederatedDataset {
+ public:
+  AugmentedImages()
+      : inner_({image_examples(7, 0), image_examples(4, 100)}, image_examples(2, 200), 3) {}
+  std::string describe() const override { return "augmented images"; }
+  int64_t num_clients() const override { return inner_.num_clients(); }
+  int64_t num_examples(int64_t client) const override { return inner_.num_examples(client); }
+  Examples client(int64_t client) const override { return inner_.client(client); }
+  const Examples& test() const override { return inner_.test(); }
+  std::vector<int64_t> input_shape() const override { return inner_.input_shape(); }
+  int64_t num_classes() const override { return 3; }
+  std::optional<Augmentation> augmentation() const override { return Augmentation{1, true, {-1.0, -2.0}}; }
+
+ private:
+  static Examples image_examples(int64_t n, int64_t first) {
+    return {at::arange(first * 18 + 1, (first + n) * 18 + 1, at::kFloat).view({n, 2, 3, 3}),
+            at::zeros({n}, at::kLong)};
+  }
+  InMemoryDataset inner_;
+};
+
+// Every slot holds a crop (offsets 0..2 of the padded image) of one of the client's own images,
+// flipped or not; over the steps every crop offset and both flips occur; the same stream gives the
+// same draws, step batches and block batches agree, and augment = false leaves the images alone.
+TEST_F(LocalTrainingTest, AugmentationCropsAndFlipsEachSlotFromTheClientsStream) {
+  const AugmentedImages images;
+  on_chunk({0, 1}, [&](const ClientChunk& c) {
+    const ClientBatches batches(c, images, 3, 4);
+    const ClientBatches again(c, images, 3, 4);
+    const ClientBatches plain(c, images, 3, 4, /*augment=*/false);
+    std::set<std::tuple<int64_t, int64_t, int64_t>> drawn;
+    for (int64_t s = 0; s < batches.steps(); ++s) {
+      const Batch b = batches.batch(s);
+      EXPECT_TRUE(at::equal(b.x, again.batch(s).x)) << "step " << s;
+      EXPECT_TRUE(at::equal(batches.batches(s, 1).x.narrow(1, 0, b.x.size(1)), b.x)) << "step " << s;
+      for (int64_t i = 0; i < 2; ++i) {
+        const at::Tensor own = images.client(c.client_id(i)).x;
+        const at::Tensor original = plain.batch(s).x[i];
+        for (int64_t slot = 0; slot < b.x.size(1); ++slot) {
+          const at::Tensor out = b.x[i][slot];
+          EXPECT_TRUE((own == original[slot]).flatten(1).all(1).any().item<bool>()) << "not the client's own";
+          at::Tensor padded = at::empty({2, 5, 5});
+          padded[0].fill_(-1.0);
+          padded[1].fill_(-2.0);
+          padded.narrow(1, 1, 3).narrow(2, 1, 3).copy_(original[slot]);
+          bool found = false;
+          for (int64_t dy = 0; dy < 3; ++dy)
+            for (int64_t dx = 0; dx < 3; ++dx)
+              for (int64_t flip = 0; flip < 2; ++flip) {
+                at::Tensor crop = padded.narrow(1, dy, 3).narrow(2, dx, 3);
+                if (flip) crop = crop.flip(2);
+                if (!found && at::equal(crop, out)) {
+                  found = true;
+                  if (b.mask[i][slot].item<float>() > 0) drawn.insert({dy, dx, flip});
+                }
+              }
+          EXPECT_TRUE(found) << "step " << s << " client " << i << " slot " << slot << ": not a crop of its image";
+        }
+      }
+    }
+    std::set<std::pair<int64_t, int64_t>> offsets;
+    std::set<int64_t> flips;
+    for (const auto& [dy, dx, flip] : drawn) offsets.insert({dy, dx}), flips.insert(flip);
+    EXPECT_EQ(offsets.size(), 9u);
+    EXPECT_EQ(flips.size(), 2u);
+    return at::zeros({1});
+  });
 }
 
 }  // namespace

@@ -67,7 +67,7 @@ ClientTraining client_training(const ClientTrainingOptions& options) {
 
 Clients<at::Tensor> full_batch_losses(const RoundContext& ctx, const Clients<TensorTree>& params) {
   return map_clients([&](const ClientChunk& chunk, const TensorTree& rows) {
-    const Batch b = ClientBatches(chunk, ctx.data, 1, 0).batch(0);
+    const Batch b = ClientBatches(chunk, ctx.data, 1, 0, /*augment=*/false).batch(0);
     const at::Tensor losses = per_example(ctx.model.loss(ctx.model.forward(rows, b.x), b.y), 2);
     return (losses * b.mask).sum(1) / b.mask.sum(1);
   }, params);

@@ -13,8 +13,32 @@
 
 namespace fax {
 
+namespace {
+
+// Images [..., C, H, W] cropped and flipped per image: draws [..., 3] hold each one's first row and
+// column in the padded image and whether it is flipped.
+at::Tensor augment_images(const at::Tensor& x, const at::Tensor& draws, const Augmentation& a) {
+  const int64_t c = x.size(-3), h = x.size(-2), w = x.size(-1), p = a.pad;
+  const at::Tensor images = x.reshape({-1, c, h, w});
+  const int64_t n = images.size(0);
+  at::Tensor padded = images;
+  if (p > 0) {
+    padded = at::empty({n, c, h + 2 * p, w + 2 * p}, x.options());
+    for (int64_t i = 0; i < c; ++i) padded.select(1, i).fill_(a.fill.empty() ? 0.0 : a.fill.at(i));
+    padded.narrow(2, p, h).narrow(3, p, w).copy_(images);
+  }
+  const at::Tensor d = draws.reshape({n, 3});
+  const at::Tensor rows = d.select(1, 0).unsqueeze(1) + at::arange(h, d.options()).unsqueeze(0);  // [n, h]
+  const at::Tensor ahead = at::arange(w, d.options()).unsqueeze(0).expand({n, w});
+  const at::Tensor cols = d.select(1, 1).unsqueeze(1) + at::where(d.select(1, 2).unsqueeze(1) == 1, (w - 1) - ahead, ahead);
+  const at::Tensor cropped = padded.gather(2, rows.view({n, 1, h, 1}).expand({n, c, h, w + 2 * p}));
+  return cropped.gather(3, cols.view({n, 1, 1, w}).expand({n, c, h, w})).view(x.sizes());
+}
+
+}  // namespace
+
 ClientBatches::ClientBatches(const ClientChunk& chunk, const FederatedDataset& data, int64_t epochs,
-                             int64_t batch_size) {
+                             int64_t batch_size, bool augment) {
   FAX_CHECK(epochs > 0, "local training needs at least one epoch (got {})", epochs);
   FAX_CHECK(batch_size >= 0, "batch size must be positive, or 0 for full batch (got {})", batch_size);
   const int64_t k = chunk.size;
@@ -36,6 +60,15 @@ ClientBatches::ClientBatches(const ClientChunk& chunk, const FederatedDataset& d
   std::vector<at::Tensor> xs, ys;
   index_ = at::zeros({steps, k, b}, at::kLong);
   mask_ = at::zeros({steps, k, b});
+  if (augment) augmentation_ = data.augmentation();
+  if (augmentation_) {
+    FAX_CHECK(clients[0].x.dim() == 4 && augmentation_->pad >= 0 &&
+                  (augmentation_->fill.empty() || static_cast<int64_t>(augmentation_->fill.size()) == clients[0].x.size(1)),
+              "augmentation needs images [C, H, W] and a fill value per channel (inputs are [{}])",
+              fmt::join(clients[0].x.sizes().slice(1), ", "));
+    draws_ = at::zeros({steps, k, b, 3}, at::kLong);
+    draws_.narrow(3, 0, 2).fill_(augmentation_->pad);  // masked slots: the image as it is
+  }
   int64_t offset = 0;
   for (int64_t i = 0; i < k; ++i) {
     const int64_t n = sizes[i];
@@ -51,6 +84,11 @@ ClientBatches::ClientBatches(const ClientChunk& chunk, const FederatedDataset& d
     index_.select(1, i).fill_(offset);
     index_.select(1, i).narrow(0, 0, epochs * per_epoch).copy_(order.view({epochs * per_epoch, b}));
     mask_.select(1, i).narrow(0, 0, epochs * per_epoch).copy_(used.view({epochs * per_epoch, b}));
+    if (augmentation_) {
+      at::Tensor mine = draws_.select(1, i).narrow(0, 0, epochs * per_epoch);
+      mine.narrow(2, 0, 2).copy_(at::randint(0, 2 * augmentation_->pad + 1, {epochs * per_epoch, b, 2}, g, at::kLong));
+      if (augmentation_->flip) mine.narrow(2, 2, 1).copy_(at::randint(0, 2, {epochs * per_epoch, b, 1}, g, at::kLong));
+    }
     xs.push_back(clients[i].x);
     ys.push_back(clients[i].y);
     offset += n;
@@ -75,19 +113,22 @@ ClientBatches::ClientBatches(const ClientChunk& chunk, const FederatedDataset& d
 
 at::Tensor ClientBatches::client_steps() const { return (counts_ > 0).to(counts_.scalar_type()).sum(0); }
 
-Batch ClientBatches::gather(const at::Tensor& index, const at::Tensor& mask) const {
+Batch ClientBatches::gather(const at::Tensor& index, const at::Tensor& mask, const at::Tensor& draws) const {
   const auto shape = [&](const at::Tensor& t) {
     std::vector<int64_t> out(index.sizes().begin(), index.sizes().end());
     out.insert(out.end(), t.sizes().begin() + 1, t.sizes().end());
     return out;
   };
   const at::Tensor flat = index.reshape({-1});
-  return {x_.index_select(0, flat).view(shape(x_)), y_.index_select(0, flat).view(shape(y_)), mask};
+  at::Tensor x = x_.index_select(0, flat).view(shape(x_));
+  if (augmentation_) x = augment_images(x, draws, *augmentation_);
+  return {x, y_.index_select(0, flat).view(shape(y_)), mask};
 }
 
 Batch ClientBatches::batch(int64_t step) const {
   const int64_t width = widths_.at(step);
-  return gather(index_[step].narrow(1, 0, width), mask_[step].narrow(1, 0, width));
+  return gather(index_[step].narrow(1, 0, width), mask_[step].narrow(1, 0, width),
+                augmentation_ ? draws_[step].narrow(1, 0, width) : at::Tensor());
 }
 
 Batch ClientBatches::batches(int64_t first, int64_t count) const {
@@ -95,7 +136,8 @@ Batch ClientBatches::batches(int64_t first, int64_t count) const {
   const int64_t rows = count * batch_size();
   // [count, k, B] -> [k, count * B]: each client's steps back to back.
   return gather(index_.narrow(0, first, count).transpose(0, 1).reshape({k, rows}),
-                mask_.narrow(0, first, count).transpose(0, 1).reshape({k, rows}));
+                mask_.narrow(0, first, count).transpose(0, 1).reshape({k, rows}),
+                augmentation_ ? draws_.narrow(0, first, count).transpose(0, 1).reshape({k, rows, 3}) : at::Tensor());
 }
 
 namespace {

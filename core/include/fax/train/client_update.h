@@ -56,6 +56,7 @@ ClientTraining client_training(const ClientTrainingOptions& options);
 
 /// Each client's mean loss over its whole local data set at `params` (clients-placed), [clients];
 /// differentiable in params, so its weighted mean is the federated loss whose gradient is FedSGD's.
+/// The examples as they are: no augmentation.
 Clients<at::Tensor> full_batch_losses(const RoundContext& ctx, const Clients<TensorTree>& params);
 
 /// Local SGD for this executor's clients from `start` (clients-placed), in batched chunks. A client

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,17 @@ struct Examples {
   at::Tensor x;  ///< [n, ...features]
   at::Tensor y;  ///< [n] int64 labels, or [n, ...] targets
   int64_t size() const { return x.defined() ? x.size(0) : 0; }
+};
+
+/// The random augmentation a data set asks for on its training images [C, H, W] (CIFAR's standard
+/// one): a crop of the image padded by `pad` on every side with `fill` (per channel), and a
+/// horizontal flip with probability 1/2. Local training draws both per example and step from the
+/// client's random stream, so augmented runs stay bit-identical across executor counts; evaluation
+/// sees the images as they are.
+struct Augmentation {
+  int64_t pad = 0;
+  bool flip = false;
+  std::vector<double> fill;  ///< per channel (the value of a black pixel after standardisation); empty: 0
 };
 
 /// A federated data set: a population of clients, each with its own training examples, and a
@@ -40,6 +52,8 @@ class FederatedDataset {
   /// Shape of one input (without the example axis) and number of classes.
   virtual std::vector<int64_t> input_shape() const = 0;
   virtual int64_t num_classes() const = 0;
+  /// What local training does to the training images; none by default.
+  virtual std::optional<Augmentation> augmentation() const { return std::nullopt; }
 };
 
 /// What a model needs to know of `data`: its inputs' shape and type, its classes.

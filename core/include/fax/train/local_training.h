@@ -26,11 +26,13 @@ struct Batch {
 /// by its own random stream every epoch and cut into batches of `batch_size` (the last one of an
 /// epoch may be short). Step s holds every client's s-th batch. Clients with fewer or shorter
 /// batches are masked, never padded with made-up data: an unused slot repeats one of the client's
-/// own examples with weight 0, so it changes nothing.
+/// own examples with weight 0, so it changes nothing. When the data set asks for augmentation (and
+/// `augment`), each client draws its examples' crops and flips from its stream after its shuffles.
 class ClientBatches {
  public:
   /// batch_size 0: each client's whole data set is one batch per epoch.
-  ClientBatches(const ClientChunk& chunk, const FederatedDataset& data, int64_t epochs, int64_t batch_size);
+  ClientBatches(const ClientChunk& chunk, const FederatedDataset& data, int64_t epochs, int64_t batch_size,
+                bool augment = true);
 
   int64_t steps() const { return index_.size(0); }
   int64_t clients() const { return index_.size(1); }
@@ -56,13 +58,15 @@ class ClientBatches {
   at::Tensor y_;
   at::Tensor index_;  // [steps, k, B] rows of x_
   at::Tensor mask_;   // [steps, k, B]
+  std::optional<Augmentation> augmentation_;
+  at::Tensor draws_;  // [steps, k, B, 3]: each slot's crop offsets (rows, columns) and flip
   at::Tensor counts_;
   at::Tensor examples_;
   std::vector<int64_t> widths_;  // per step: the most real examples any client has in it
   std::vector<int64_t> fewest_;  // per step: the fewest
 
-  // Rows `index` [k, rows] of the examples, with their mask [k, rows].
-  Batch gather(const at::Tensor& index, const at::Tensor& mask) const;
+  // Rows `index` [k, rows] of the examples, with their mask [k, rows] and augmentation draws [k, rows, 3].
+  Batch gather(const at::Tensor& index, const at::Tensor& mask, const at::Tensor& draws) const;
 };
 
 struct LocalSgdOptions {

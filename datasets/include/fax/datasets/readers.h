@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,7 @@ namespace fax {
 class PartitionedDataset final : public FederatedDataset {
  public:
   PartitionedDataset(Examples train, Examples test, int64_t num_classes, const PartitionOptions& partition,
-                     std::string name);
+                     std::string name, std::optional<Augmentation> augmentation = std::nullopt);
   std::string describe() const override { return description_; }
   int64_t num_clients() const override { return static_cast<int64_t>(clients_.size()); }
   int64_t num_examples(int64_t client) const override;
@@ -25,11 +26,13 @@ class PartitionedDataset final : public FederatedDataset {
   const Examples& test() const override { return test_; }
   std::vector<int64_t> input_shape() const override;
   int64_t num_classes() const override { return num_classes_; }
+  std::optional<Augmentation> augmentation() const override { return augmentation_; }
 
  private:
   Examples train_;
   Examples test_;
   int64_t num_classes_;
+  std::optional<Augmentation> augmentation_;
   std::vector<at::Tensor> clients_;  // sorted example indices
   std::string description_;
 };
@@ -43,14 +46,18 @@ std::unique_ptr<FederatedDataset> load_fashion_mnist(const std::string& director
 /// CIFAR-10 in its binary version: data_batch_1..5.bin (50k training images, split into clients by
 /// `partition`) and test_batch.bin (10k), in `path` or in its cifar-10-batches-bin folder. Pixels
 /// scaled to [0, 1] and standardised per channel (mean 0.4914, 0.4822, 0.4465; std 0.2470, 0.2435,
-/// 0.2616: the training set's); inputs [3, 32, 32]. Throws fax::Error naming the file when one is
-/// missing, truncated (not whole records) or has a label out of range.
-std::unique_ptr<FederatedDataset> load_cifar10(const std::string& path, const PartitionOptions& partition);
+/// 0.2616: the training set's); inputs [3, 32, 32]. `augment`: local training crops each image from
+/// it padded by 4 black pixels and flips it horizontally with probability 1/2 (fax::Augmentation).
+/// Throws fax::Error naming the file when one is missing, truncated (not whole records) or has a
+/// label out of range.
+std::unique_ptr<FederatedDataset> load_cifar10(const std::string& path, const PartitionOptions& partition,
+                                               bool augment = false);
 
 /// CIFAR-100 in its binary version: train.bin and test.bin, in `path` or in its cifar-100-binary
 /// folder; the 20 coarse or the 100 fine labels. Standardised with mean 0.5071, 0.4865, 0.4409 and
 /// std 0.2673, 0.2564, 0.2762.
-std::unique_ptr<FederatedDataset> load_cifar100(const std::string& path, bool coarse, const PartitionOptions& partition);
+std::unique_ptr<FederatedDataset> load_cifar100(const std::string& path, bool coarse, const PartitionOptions& partition,
+                                                bool augment = false);
 
 struct LeafOptions {
   std::string path;              ///< LEAF's data folder: train/ and test/ of .json files
