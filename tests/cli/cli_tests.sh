@@ -484,6 +484,13 @@ def windows(n):
     return [text[s:s + 80] for s in starts], [text[s + 80] for s in starts]
 write("shakespeare", "train", {f"THE_TRAGEDY_{u}": windows(10) for u in range(4)})
 write("shakespeare", "test", {f"THE_TRAGEDY_{u}": windows(3) for u in range(4)})
+def tweets(n):
+    ys = [random.randrange(2) for _ in range(n)]
+    mood = lambda y: ["good", "happy", "love", "great"] if y else ["bad", "sad", "hate", "awful"]
+    text = lambda y: " ".join(random.choice(mood(y) + ["the", "a", "day", "!"]) for _ in range(random.randint(3, 30)))
+    return [["1467810369", "Mon Apr 06 22:19:45 PDT 2009", "NO_QUERY", "someone", text(y)] for y in ys], ys
+write("sent140", "train", {f"user{u}": tweets(20) for u in range(6)})
+write("sent140", "test", {f"user{u}": tweets(5) for u in range(6)})
 PY
     write leaf.yaml <<'YAML'
 rounds: 3
@@ -501,15 +508,24 @@ YAML
       --set model.name=softmax_regression --set algorithm.local_epochs=2
     run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o shakespeare.h5 "${leaf[@]}" --set data.path="$WORK/shakespeare" \
       --set model.name=transformer --set model.width=16 --set model.depth=1 --set model.heads=2
-    "$PYTHON" - femnist.h5 shakespeare.h5 <<'PY' || fail "the runs did not log"
+    # Sent140: one label per tweet, so a sequence classifier (TorchScript); the transformer refuses.
+    "$PYTHON" "$FAX_SOURCE_DIR/experiments/sent140_torchscript.py" bag.pt --vocab 40 --width 8 || fail "export failed"
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o sent140.h5 "${leaf[@]}" --set data.path="$WORK/sent140" \
+      --set model.name=torchscript --set model.path=bag.pt --set algorithm.client_lr=0.5 --set algorithm.local_epochs=2
+    run_expect 2 "the transformer predicts the next token at every position, but this data set has one label per sequence" -- \
+      "$FAX_RUN" run "$experiment" -o x.h5 "${leaf[@]}" --set data.path="$WORK/sent140" --set model.name=transformer
+    "$PYTHON" - femnist.h5 shakespeare.h5 sent140.h5 <<'PY' || fail "the runs did not log"
 import sys, h5py, numpy as np
-for path, data in zip(sys.argv[1:], ["numeric features (FEMNIST, Synthetic)", "characters (Shakespeare)"]):
+for path, data in zip(sys.argv[1:], ["numeric features (FEMNIST, Synthetic)", "characters (Shakespeare)",
+                                     "a vocabulary of 14 ids (0 padding, 1 other words)"]):
     f = h5py.File(path)
     acc = f["metrics/eval/accuracy"][()]
     assert len(acc) == 3 and np.all(np.isfinite(acc)), (path, acc)
     assert data in f["env"].attrs["data"], f["env"].attrs["data"]
 acc = h5py.File(sys.argv[1])["metrics/eval/accuracy"][()]
 assert acc[-1] > 0.5, acc  # ten classes with two per client: a model that learns nothing gets 0.1
+acc = h5py.File(sys.argv[3])["metrics/eval/accuracy"][()]
+assert acc[-1] > 0.8, acc  # the mood words give the sentiment away
 PY
     bad="$WORK/femnist/train/all_data_1_niid_0_keep_0_train_9.json"
     printf '{"hierarchies": 5, "users": 3, "num_samples": [1]}' > "$bad"

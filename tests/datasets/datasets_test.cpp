@@ -552,7 +552,7 @@ TEST_F(DatasetsTest, RegistryDocumentsEveryKey) {
     for (const auto& key : entry.keys) EXPECT_FALSE(key.doc.empty()) << entry.name << "." << key.name;
   }
   EXPECT_EQ(test::error_of([] { find_dataset("imagenet"); }),
-            "unknown data set 'imagenet' (available: synthetic, fmnist, cifar10, cifar100, tff_hdf5, text, synthetic_tokens)");
+            "unknown data set 'imagenet' (available: synthetic, fmnist, cifar10, cifar100, leaf, tff_hdf5, text, synthetic_tokens)");
 }
 
 }  // namespace

@@ -519,6 +519,9 @@ const std::vector<ModelEntry>& model_registry() {
       {"transformer", "decoder-only transformer language model (next-token prediction)", transformer_settings().keys(),
        [](const Config& c, const ModelShape& shape) -> std::unique_ptr<Model> {
          FAX_CHECK(shape.input_shape.size() == 1, "the transformer needs token sequences (a text data set)");
+         FAX_CHECK(shape.label_rank != 0, "the transformer predicts the next token at every position, but this data "
+                   "set has one label per sequence (e.g. Sent140's tweets): use a sequence classifier, e.g. a "
+                   "TorchScript module (model.name: torchscript)");
          TransformerOptions o = transformer_settings().read(c, "model");
          o.vocab = shape.num_classes;
          o.context = shape.input_shape[0];

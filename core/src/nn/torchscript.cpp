@@ -293,9 +293,9 @@ TorchScriptModel::TorchScriptModel(std::string path, const std::string& bytes, c
   // A batch of 2 zero inputs shaped as the data set's must give one logit per class (per token).
   std::vector<int64_t> input{2};
   input.insert(input.end(), shape.input_shape.begin(), shape.input_shape.end());
-  const bool tokens = !at::isFloatingType(shape.input_type);
+  const bool per_token = shape.label_rank >= 0 ? shape.label_rank == 1 : !at::isFloatingType(shape.input_type);
   std::vector<int64_t> labels{2};
-  if (tokens) labels.insert(labels.end(), shape.input_shape.begin(), shape.input_shape.end());
+  if (per_token) labels.insert(labels.end(), shape.input_shape.begin(), shape.input_shape.end());
   label_rank_ = static_cast<int64_t>(labels.size());
   std::vector<int64_t> expected = labels;
   expected.push_back(shape.num_classes);

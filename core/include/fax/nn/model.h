@@ -83,6 +83,9 @@ struct ModelShape {
   std::vector<int64_t> input_shape;
   int64_t num_classes = 0;
   at::ScalarType input_type = at::kFloat;  ///< the inputs' type: int64 token ids for text
+  /// Axes of one example's label: 0, a class (images, Sent140's tweets); 1, a class per token
+  /// (next-token prediction). -1: unknown, taken as per token for token inputs.
+  int64_t label_rank = -1;
 };
 
 /// Models fax builds by name (`model.name` in an experiment); keys relative to "model.".

@@ -56,9 +56,10 @@ class FederatedDataset {
   virtual std::optional<Augmentation> augmentation() const { return std::nullopt; }
 };
 
-/// What a model needs to know of `data`: its inputs' shape and type, its classes.
+/// What a model needs to know of `data`: its inputs' shape and type, its classes, its labels' rank.
 inline ModelShape model_shape(const FederatedDataset& data) {
-  return {data.input_shape(), data.num_classes(), data.test().x.scalar_type()};
+  const Examples& labelled = data.test().size() > 0 ? data.test() : data.client(0);
+  return {data.input_shape(), data.num_classes(), labelled.x.scalar_type(), labelled.y.dim() - 1};
 }
 
 }  // namespace fax
