@@ -38,6 +38,7 @@ struct RunOptions {
   bool dry_run = false;
   bool quiet = false;
   bool force = false;  ///< run although a safety check refuses (recorded in the log)
+  bool check = false;  ///< compare the finished run with the experiment's expect: section
   RemoteFlags remote;
 };
 
@@ -71,6 +72,12 @@ struct PluginsOptions {
 struct InspectOptions {
   std::string run;
   int last = 10;
+};
+
+struct ExpectOptions {
+  std::string run;
+  std::vector<std::string> metrics{"eval/accuracy"};
+  double tolerance = 0.005;
 };
 
 struct BenchOptions {
@@ -110,6 +117,7 @@ int bench_command(const BenchOptions& options);
 int resume_command(const ResumeOptions& options);
 int plugins_command(const PluginsOptions& options);
 int inspect_command(const InspectOptions& options);
+int expect_command(const ExpectOptions& options);
 int sweep_command(const SweepOptions& options);
 int plot_command(const PlotOptions& options);
 int worker_command(const WorkerCommandOptions& options);
@@ -134,6 +142,7 @@ Subcommand add_resume_subcommand(CLI::App& app);
 Subcommand add_worker_subcommand(CLI::App& app);
 Subcommand add_plugins_subcommand(CLI::App& app);
 Subcommand add_inspect_subcommand(CLI::App& app);
+Subcommand add_expect_subcommand(CLI::App& app);
 Subcommand add_sweep_subcommand(CLI::App& app);
 Subcommand add_plot_subcommand(CLI::App& app);
 Subcommand add_bench_subcommand(CLI::App& app);

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <memory>
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 #include <fax/io/config_yaml.h>
 #include <fax/io/run_log.h>
 #include <fax/tools/charts.h>
+#include <fax/tools/expect.h>
 #include <fax/tools/sweep.h>
 
 #include "commands.h"
@@ -81,6 +83,29 @@ Subcommand add_inspect_subcommand(CLI::App& app) {
   cmd->add_option("run", o->run, "a run log, or a sweep index (<dir>/sweep.h5)")->required()->type_name("RUN.h5");
   cmd->add_option("--last", o->last, "rounds to show")->check(CLI::PositiveNumber);
   return {cmd, [o] { return inspect_command(*o); }};
+}
+
+int expect_command(const ExpectOptions& options) {
+  const RunLogReader log(options.run);
+  char date[16];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::localtime(&now));
+  const std::string recorded_on =
+      fmt::format("fax {}, LibTorch {}, host {}, {} hardware threads, {}", log.env("fax_version"),
+                  log.env("torch_version"), log.env("host"), log.env("hardware_threads"), date);
+  std::printf("%s", expect_section(log, options.metrics, options.tolerance, recorded_on).c_str());
+  return 0;
+}
+
+Subcommand add_expect_subcommand(CLI::App& app) {
+  auto o = std::make_shared<ExpectOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "expect", "print an expect: section from a run log's final metrics, to paste into its experiment (run --check)");
+  cmd->add_option("run", o->run, "a run log")->required()->type_name("RUN.h5");
+  cmd->add_option("--metric", o->metrics, "a metric to expect (repeatable; default eval/accuracy)")->type_name("NAME");
+  cmd->add_option("--tolerance", o->tolerance, "how far a run may land from the recorded value (default 0.005)")
+      ->check(CLI::NonNegativeNumber);
+  return {cmd, [o] { return expect_command(*o); }};
 }
 
 }  // namespace fax::cli

@@ -20,6 +20,7 @@
 #include <fax/runtime/coordinator.h>
 #include <fax/runtime/experiment.h>
 #include <fax/runtime/resources.h>
+#include <fax/tools/expect.h>
 #include <fax/tools/sweep.h>
 
 #include "commands.h"
@@ -297,9 +298,28 @@ void print_partition_summary(const FederatedDataset& data) {
 
 }  // namespace
 
+// The run log at `output` against the experiment's expected results: a line per result, then exit
+// status 1 with one line naming every miss.
+int check_run(const ExpectSpec& expect, const std::string& output, bool quiet) {
+  std::vector<std::string> missed;
+  for (const CheckResult& r : check_expectations(expect, RunLogReader(output))) {
+    if (!quiet) std::printf("check: %s: %s\n", r.text.c_str(), r.ok ? "ok" : "MISSED");
+    if (!r.ok) missed.push_back(r.text);
+  }
+  std::fflush(stdout);
+  if (missed.empty()) return 0;
+  std::fprintf(stderr, "fax-run: %s: check failed: %s (expected results recorded on %s)\n", output.c_str(),
+               fmt::format("{}", fmt::join(missed, "; ")).c_str(), expect.recorded_on.c_str());
+  return 1;
+}
+
 int run_command(const RunOptions& options) {
   const PluginLoader loader(options.plugin_dirs);
   const ExperimentSetup setup = load_experiment(options.experiment, options.overrides, loader);
+  // Read (and so checked) on every run: a malformed expect: section fails before anything runs.
+  const ExpectSpec expect = ExpectSpec::from_file(options.experiment);
+  FAX_CHECK(!options.check || !expect.empty(),
+            "{}: --check compares the run with the experiment's expect: section, and it has none", options.experiment);
   if (options.dry_run) {
     std::printf("# fax-run %s: resolved settings of %s (algorithm plugin: %s)\n%s", FAX_VERSION,
                 options.experiment.c_str(), setup.plugin->path.c_str(), config_to_yaml(setup.config).c_str());
@@ -319,7 +339,8 @@ int run_command(const RunOptions& options) {
   check_output_path(output, inputs, "the run log");
   const FileLock lock(output, "fax-run run " + options.experiment);
   check_replaceable_run_log(output);
-  return execute(setup, options.experiment, output, options.quiet, false, options.force, options.remote);
+  const int status = execute(setup, options.experiment, output, options.quiet, false, options.force, options.remote);
+  return status == 0 && options.check ? check_run(expect, output, options.quiet) : status;
 }
 
 int resume_command(const ResumeOptions& options) {
@@ -337,6 +358,8 @@ Subcommand add_run_subcommand(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = add_run_command(app, "run", "run an experiment and log it to HDF5", *o);
   cmd->add_flag("--dry-run", o->dry_run, "print the resolved settings and stop");
+  cmd->add_flag("--check", o->check,
+                "compare the finished run with the experiment's expect: section (exit 1 naming each miss)");
   add_remote_options(*cmd, o->remote);
   return {cmd, [o] { return run_command(*o); }};
 }

@@ -71,8 +71,10 @@ Config parse_config(const std::string& text, const std::string& source) {
   YAML::Node root = load_yaml(text, source);
   if (root.IsNull()) return Config();
   FAX_CHECK(root.IsMap(), "{}: an experiment is a YAML mapping of keys to values", origin_of(source, root.Mark()).str());
-  // The sweep: section describes trials, not a setting; fax-run sweep reads it (fax/tools/sweep.h).
+  // The sweep: and expect: sections describe trials and results, not settings; fax-run sweep and
+  // run --check read them (fax/tools/sweep.h, expect.h).
   root.remove("sweep");
+  root.remove("expect");
   std::vector<Config::Written> flat;
   std::unordered_map<std::string, ConfigOrigin> seen;
   flatten(root, "", source, flat, seen);

@@ -787,6 +787,21 @@ PY
     grep -q "^trial-0072 algorithm.name=fedopt algorithm.server_optimizer=yogi algorithm.client_lr=0.1 algorithm.server_lr=3$" \
       "$WORK/stdout" || fail "unexpected last trial: $(tail -1 "$WORK/stdout")"
     ;;
+  experiments_check)
+    # The short experiments (under a minute each) reproduce the results they carry (expect:).
+    for name in synthetic_fedsgd synthetic_fedavg fmnist_fedavg; do
+      run_expect 0 "" -- "$FAX_RUN" run "$FAX_SOURCE_DIR/experiments/$name.yaml" --check -o "$WORK/$name.h5"
+      grep -q "^check: eval/accuracy at round [0-9]*: .*: ok$" "$WORK/stdout" || fail "$name: no check line: $(cat "$WORK/stdout")"
+    done
+    # A miss exits 1 with one line naming the metric, what it got and what was expected.
+    run_expect 1 "synthetic_fedsgd\.h5: check failed: eval/accuracy at round 20: [0-9.]*, expected 0\.79431 \+- 0\.005; eval/loss at round 20: .* \(expected results recorded on fax .*\)" -- \
+      "$FAX_RUN" run "$FAX_SOURCE_DIR/experiments/synthetic_fedsgd.yaml" --check -q -o "$WORK/synthetic_fedsgd.h5" --set rounds=20
+    run_expect 2 "lm_fedavg\.yaml: --check compares the run with the experiment's expect: section, and it has none" -- \
+      "$FAX_RUN" run "$FAX_SOURCE_DIR/experiments/lm_fedavg.yaml" --check -o "$WORK/x.h5"
+    cp "$FAX_SOURCE_DIR/experiments/synthetic_fedsgd.yaml" "$WORK/bad.yaml" && echo "    - {metric: x}" >> "$WORK/bad.yaml"
+    run_expect 2 "bad\.yaml:[0-9]*:[0-9]*: expect metrics: each entry needs metric, value and tolerance" -- \
+      "$FAX_RUN" run "$WORK/bad.yaml" --dry-run
+    ;;
   sweep_errors)
     rm -rf "$WORK/none" "$WORK/bad" "$WORK/fails"
     run_expect 2 "synthetic_fedavg\.yaml: nothing to sweep: add a sweep: section" -- "$FAX_RUN" sweep "$experiment" -o "$WORK/none"

@@ -14,13 +14,12 @@
 #include <fax/io/hdf5.h>
 #include <fax/io/yaml.h>
 
+#include "yaml_fields.h"
+
 namespace fax {
 namespace {
 
-std::string where(const std::string& source, const YAML::Node& node) {
-  const YAML::Mark mark = node.Mark();
-  return fmt::format("{}:{}:{}", source, mark.line + 1, mark.column + 1);
-}
+using detail::where;
 
 // A mapping under `prefix` as the dotted settings it makes.
 void flatten_values(const YAML::Node& node, const std::string& prefix, const std::string& source,
@@ -65,18 +64,11 @@ std::vector<std::string> scalar_list(const YAML::Node& node, const std::string& 
 }
 
 double number(const YAML::Node& node, const std::string& source, const std::string& name) {
-  double v = 0;
-  FAX_CHECK(node.IsScalar() && YAML::convert<double>::decode(node, v) && std::isfinite(v),
-            "{}: sweep {}: expected a number, got '{}'", where(source, node), name, node.IsScalar() ? node.Scalar() : "");
-  return v;
+  return detail::number(node, source, "sweep " + name);
 }
 
-// A whole number in [low, high], checked before any conversion (a cast out of range is undefined).
 int64_t integer(const YAML::Node& node, const std::string& source, const std::string& name, int64_t low, int64_t high) {
-  const double v = number(node, source, name);
-  FAX_CHECK(v == std::floor(v) && v >= static_cast<double>(low) && v <= static_cast<double>(high),
-            "{}: sweep {} must be an integer in [{}, {}], got '{}'", where(source, node), name, low, high, node.Scalar());
-  return static_cast<int64_t>(v);
+  return detail::integer(node, source, "sweep " + name, low, high);
 }
 
 // Integers a double holds exactly; int_uniform bounds and seeds stay inside.
