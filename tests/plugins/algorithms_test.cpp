@@ -204,6 +204,58 @@ TEST_F(AlgorithmsTest, ScaffoldMatchesHandComputedRounds) {
   EXPECT_TRUE(at::allclose(fax_state.extra.at("control/w"), cw, 1e-9, 1e-11)) << "server control variate";
 }
 
+// FedNova with client momentum over clients that take different numbers of local steps: each
+// client holds n_i copies of one example, so every minibatch (of any size, in any order) has that
+// example's gradient, and E = 2 epochs of batches of 2 are tau = 4, 8, 6 plain steps. By hand:
+// momentum SGD (v = g at the first step, then v = rho v + g; w -= lr v), a_i = sum_{t=1..tau_i}
+// (1 - rho^t) / (1 - rho), x -= server_lr sum_i p_i a_i * sum_i p_i (x - y_i) / a_i, two rounds.
+TEST_F(AlgorithmsTest, FedNovaMatchesAHandComputedRound) {
+  const double lr = 0.3, rho = 0.5, server_lr = 0.9;
+  const std::vector<int64_t> sizes{4, 7, 5}, taus{4, 8, 6};
+  clients.clear();
+  for (int64_t n : sizes) {
+    const at::Tensor x = at::randn({1, 3}, at::kDouble), y = at::randint(0, 2, {1}, at::kLong);
+    clients.push_back({x.expand({n, 3}).contiguous(), y.expand({n}).contiguous()});
+  }
+  data = std::make_unique<InMemoryDataset>(clients, clients[0], 2);
+  TensorTree metrics;
+  const ServerState fax_state =
+      run_plugin("fednova", {"client_lr=0.3", "local_epochs=2", "batch_size=2", "client_momentum=0.5", "server_lr=0.9"},
+                 2, &metrics);
+  at::Tensor w = initial.at("w"), b = initial.at("b");
+  double tau_eff = 0;
+  for (int round = 0; round < 2; ++round) {
+    at::Tensor dw = at::zeros_like(w), db = at::zeros_like(b);
+    tau_eff = 0;
+    for (int64_t i = 0; i < 3; ++i) {
+      at::Tensor cw = w.clone(), cb = b.clone(), vw, vb;
+      double a = 0;
+      for (int64_t t = 1; t <= taus[i]; ++t) {
+        const at::Tensor pw = cw.detach().requires_grad_(true), pb = cb.detach().requires_grad_(true);
+        const auto g = torch::autograd::grad({client_loss(i, pw, pb)}, {pw, pb});
+        vw = t == 1 ? g[0] : rho * vw + g[0];
+        vb = t == 1 ? g[1] : rho * vb + g[1];
+        cw = cw - lr * vw;
+        cb = cb - lr * vb;
+        a += (1 - std::pow(rho, t)) / (1 - rho);
+      }
+      const double p = weight(i) / total_weight();
+      dw += p * (w - cw) / a;
+      db += p * (b - cb) / a;
+      tau_eff += p * a;
+    }
+    w = w - server_lr * tau_eff * dw;
+    b = b - server_lr * tau_eff * db;
+  }
+  EXPECT_TRUE(at::allclose(fax_state.params.at("w"), w, 1e-10, 1e-12)) << fax_state.params.at("w") << w;
+  EXPECT_TRUE(at::allclose(fax_state.params.at("b"), b, 1e-10, 1e-12));
+  EXPECT_NEAR(metrics.at("train/tau_eff").item<double>(), tau_eff, 1e-12);
+  // Without momentum and with every client taking the same steps (full batches), FedNova is FedAvg.
+  const ServerState nova = run_plugin("fednova", {"client_lr=0.3", "local_epochs=3", "batch_size=0"}, 1);
+  const ServerState fedavg = run_plugin("fedavg", {"client_lr=0.3", "local_epochs=3", "batch_size=0"}, 1);
+  EXPECT_TRUE(at::allclose(nova.params.at("w"), fedavg.params.at("w"), 1e-12, 1e-14));
+}
+
 // The server learning rate's hypergradient dL(x - eta Delta)/d eta, from federated AD, against
 // central differences of the post-round federated loss; hyper_lr = 0 keeps eta fixed.
 TEST_F(AlgorithmsTest, HypergradientMatchesFiniteDifferencesInTheServerLr) {
