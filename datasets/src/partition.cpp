@@ -113,6 +113,42 @@ std::vector<at::Tensor> label_quantity(const at::Tensor& labels, int64_t num_cla
   return out;
 }
 
+std::vector<at::Tensor> label_dirichlet(const at::Tensor& labels, int64_t num_classes, const PartitionOptions& o,
+                                       at::Generator& g) {
+  const int64_t n = labels.numel();
+  const int64_t floor = std::max<int64_t>(o.min_examples, 1);
+  std::vector<at::Tensor> members;
+  for (int64_t c = 0; c < num_classes; ++c) members.push_back(labels.eq(c).nonzero().flatten());
+  // Redrawn until every client gets its floor, as the benchmark does; bounded.
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    std::vector<std::vector<at::Tensor>> mine(o.clients);
+    std::vector<int64_t> sizes(o.clients, 0);
+    for (int64_t c = 0; c < num_classes; ++c) {
+      const at::Tensor shuffled = members[c].index_select(0, at::randperm(members[c].numel(), g, at::kLong));
+      at::Tensor q = at::_sample_dirichlet(at::full({o.clients}, o.alpha, at::kDouble), g);
+      // A client that already holds its even share of the whole set takes no more (the benchmark's rule).
+      for (int64_t j = 0; j < o.clients; ++j)
+        if (sizes[j] * o.clients >= n) q[j] = 0.0;
+      if (q.sum().item<double>() <= 0) q.fill_(1.0);
+      const at::Tensor ends = (q.cumsum(0) / q.sum() * static_cast<double>(shuffled.numel())).floor().to(at::kLong).contiguous();
+      int64_t begin = 0;
+      for (int64_t j = 0; j < o.clients; ++j) {
+        const int64_t end = j + 1 == o.clients ? shuffled.numel() : std::max(begin, ends.data_ptr<int64_t>()[j]);
+        if (end > begin) mine[j].push_back(shuffled.narrow(0, begin, end - begin));
+        sizes[j] += end - begin;
+        begin = end;
+      }
+    }
+    if (*std::min_element(sizes.begin(), sizes.end()) < floor) continue;
+    std::vector<at::Tensor> out;
+    for (const auto& parts : mine) out.push_back(at::cat(parts));
+    return out;
+  }
+  throw Error(fmt::format("label_dirichlet partition: 1000 draws from Dirichlet({}) per label over {} clients never "
+                          "gave every client {} examples; raise data.alpha or lower data.min_examples",
+                          o.alpha, o.clients, floor));
+}
+
 std::vector<at::Tensor> quantity_skew(const at::Tensor& labels, const PartitionOptions& o, at::Generator& g) {
   const int64_t n = labels.numel();
   const at::Tensor order = at::randperm(n, g, at::kLong);
@@ -158,6 +194,9 @@ std::vector<at::Tensor> partition(const at::Tensor& labels, int64_t num_classes,
   } else if (o.kind == "dirichlet") {
     FAX_CHECK(o.alpha > 0, "dirichlet partition needs alpha > 0 (got {})", o.alpha);
     out = dirichlet(labels, num_classes, o, g);
+  } else if (o.kind == "label_dirichlet") {
+    FAX_CHECK(o.alpha > 0, "label_dirichlet partition needs alpha > 0 (got {})", o.alpha);
+    out = label_dirichlet(labels, num_classes, o, g);
   } else if (o.kind == "label_quantity") {
     FAX_CHECK(o.labels_per_client >= 1 && o.labels_per_client <= num_classes,
               "label_quantity partition: data.labels_per_client must be 1 to the {} classes (got {})", num_classes,
@@ -167,7 +206,8 @@ std::vector<at::Tensor> partition(const at::Tensor& labels, int64_t num_classes,
     FAX_CHECK(o.beta > 0, "quantity_skew partition needs beta > 0 (got {})", o.beta);
     out = quantity_skew(labels, o, g);
   } else {
-    throw Error(fmt::format("unknown partition '{}' (iid, dirichlet, shards, label_quantity, quantity_skew)", o.kind));
+    throw Error(fmt::format("unknown partition '{}' (iid, dirichlet, label_dirichlet, shards, label_quantity, "
+                            "quantity_skew)", o.kind));
   }
   for (size_t c = 0; c < out.size(); ++c) {
     FAX_CHECK(out[c].numel() >= o.min_examples, "{} partition: client {} got {} examples, fewer than {}", o.kind, c,

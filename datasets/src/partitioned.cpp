@@ -17,7 +17,7 @@ PartitionedDataset::PartitionedDataset(Examples train, Examples test, int64_t nu
     clients_.push_back(std::get<0>(indices.sort()));
   }
   std::string how = partition_options.kind;
-  if (how == "dirichlet") how += fmt::format("(alpha={})", partition_options.alpha);
+  if (how == "dirichlet" || how == "label_dirichlet") how += fmt::format("(alpha={})", partition_options.alpha);
   if (how == "label_quantity") how += fmt::format("(k={})", partition_options.labels_per_client);
   if (how == "quantity_skew") how += fmt::format("(beta={})", partition_options.beta);
   if (how == "shards") how += fmt::format("({} per client)", partition_options.shards_per_client);

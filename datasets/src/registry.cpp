@@ -91,9 +91,10 @@ Settings<PartitionOptions> partition_settings() {
   using O = PartitionOptions;
   return Settings<O>()
       .add("partition", &O::kind, "how the training set is split into clients",
-           one_of({"iid", "dirichlet", "shards", "label_quantity", "quantity_skew"}))
+           one_of({"iid", "dirichlet", "label_dirichlet", "shards", "label_quantity", "quantity_skew"}))
       .add("clients", &O::clients, "clients", at_least(1))
-      .add("alpha", &O::alpha, "dirichlet concentration: smaller, fewer classes per client", above(0, 1e9))
+      .add("alpha", &O::alpha, "dirichlet and label_dirichlet concentration: smaller, fewer classes per client",
+           above(0, 1e9))
       .add("shards_per_client", &O::shards_per_client, "shards partition: label-sorted shards per client", at_least(1))
       .add("labels_per_client", &O::labels_per_client, "label_quantity partition: labels per client (#C = k)", at_least(1))
       .add("beta", &O::beta, "quantity_skew partition: Dirichlet concentration of client sizes", above(0, 1e9))

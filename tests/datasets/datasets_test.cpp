@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include <fax/datasets/idx.h>
@@ -122,7 +123,8 @@ TEST_F(DatasetsTest, PartitionsAreDeterministicCompleteAndSkewed) {
   PartitionOptions unknown;
   unknown.kind = "random";
   EXPECT_EQ(test::error_of([&] { partition(labels, 10, unknown); }),
-            "unknown partition 'random' (iid, dirichlet, shards, label_quantity, quantity_skew)");
+            "unknown partition 'random' (iid, dirichlet, label_dirichlet, shards, label_quantity, "
+            "quantity_skew)");
 }
 
 // #C = k (Li et al. 2022): every client holds exactly k labels, its own i mod 10 among them; each
@@ -160,6 +162,44 @@ TEST_F(DatasetsTest, LabelQuantityGivesEachClientExactlyKLabels) {
   too_many.labels_per_client = 11;
   EXPECT_EQ(test::error_of([&] { partition(labels, 10, too_many); }),
             "label_quantity partition: data.labels_per_client must be 1 to the 10 classes (got 11)");
+}
+
+// label_dirichlet (the benchmark's p_k ~ Dir_N(alpha)): a partition of every example, the same for a
+// seed; every client holds min_examples; clients' sizes differ (by a fifth at least at alpha 0.5,
+// the cap of 1/N of the set keeps them from differing more); the labels concentrate as alpha
+// shrinks: each client's largest label share, averaged over clients and seeds, above 1/2 for
+// alpha 0.1 and near the uniform 1/10 for alpha 100.
+TEST_F(DatasetsTest, LabelDirichletSplitsEachLabelAmongTheClients) {
+  const at::Tensor labels = at::randint(0, 10, {20000}, at::kLong);
+  PartitionOptions o;
+  o.kind = "label_dirichlet";
+  o.clients = 10;
+  o.min_examples = 10;
+  std::map<double, double> top_share;
+  for (double alpha : {0.1, 0.5, 100.0}) {
+    o.alpha = alpha;
+    const int seeds = 10;
+    for (int seed = 0; seed < seeds; ++seed) {
+      o.seed = static_cast<uint64_t>(seed);
+      const auto parts = partition(labels, 10, o);
+      ASSERT_TRUE(at::equal(std::get<0>(at::cat(parts).sort()), at::arange(20000, at::kLong)));
+      const auto again = partition(labels, 10, o);
+      for (size_t j = 0; j < parts.size(); ++j) ASSERT_TRUE(at::equal(parts[j], again[j]));
+      int64_t smallest = 20000, largest = 0;
+      for (const auto& p : parts) {
+        EXPECT_GE(p.numel(), 10);
+        smallest = std::min(smallest, p.numel());
+        largest = std::max(largest, p.numel());
+        const at::Tensor counts = at::bincount(labels.index_select(0, p), {}, 10).to(at::kDouble);
+        top_share[alpha] += (counts.max() / counts.sum()).item<double>() / (seeds * 10.0);
+      }
+      if (alpha == 0.5) EXPECT_GT(largest, smallest + smallest / 5) << "seed " << seed;
+    }
+  }
+  EXPECT_GT(top_share[0.1], 0.5);
+  EXPECT_LT(top_share[100.0], 0.15);
+  EXPECT_GT(top_share[0.1], top_share[0.5]);
+  EXPECT_GT(top_share[0.5], top_share[100.0]);
 }
 
 // Quantity skew: a partition of every example; client sizes spread as Dirichlet(beta) says: the

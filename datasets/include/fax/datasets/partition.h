@@ -14,6 +14,10 @@ struct PartitionOptions {
   /// "dirichlet": label skew (Hsu et al. 2019): every client draws class proportions from
   ///   Dirichlet(alpha) and gets an equal share of the examples in those proportions; small
   ///   alpha, few classes per client.
+  /// "label_dirichlet": the non-IID benchmark's distribution-based label imbalance, p_k ~ Dir_N(alpha)
+  ///   (Li et al. 2022): each label's examples are split among the clients in proportions drawn
+  ///   from Dirichlet(alpha), a client that already holds 1/N of the set taking no more; redrawn
+  ///   until every client has min_examples. Client sizes differ.
   /// "shards": McMahan et al. 2017: examples sorted by label, cut into shards_per_client x clients
   ///   shards, each client gets shards_per_client of them (2: mostly two classes per client).
   /// "label_quantity": the non-IID benchmark's #C = k (Li et al. 2022): client i holds label
