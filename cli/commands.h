@@ -80,6 +80,13 @@ struct ExpectOptions {
   double tolerance = 0.005;
 };
 
+struct TableOptions {
+  std::string sweep;  ///< a sweep directory or its sweep.h5
+  std::string rows, cols;
+  std::string metric;  ///< empty: the sweep's
+  double scale = 1.0;
+};
+
 struct BenchOptions {
   bool quick = false;
   int executors = 0;  ///< 0: one per hardware thread
@@ -118,6 +125,7 @@ int resume_command(const ResumeOptions& options);
 int plugins_command(const PluginsOptions& options);
 int inspect_command(const InspectOptions& options);
 int expect_command(const ExpectOptions& options);
+int table_command(const TableOptions& options);
 int sweep_command(const SweepOptions& options);
 int plot_command(const PlotOptions& options);
 int worker_command(const WorkerCommandOptions& options);
@@ -143,6 +151,7 @@ Subcommand add_worker_subcommand(CLI::App& app);
 Subcommand add_plugins_subcommand(CLI::App& app);
 Subcommand add_inspect_subcommand(CLI::App& app);
 Subcommand add_expect_subcommand(CLI::App& app);
+Subcommand add_table_subcommand(CLI::App& app);
 Subcommand add_sweep_subcommand(CLI::App& app);
 Subcommand add_plot_subcommand(CLI::App& app);
 Subcommand add_bench_subcommand(CLI::App& app);

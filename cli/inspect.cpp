@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <memory>
 
 #include <fmt/format.h>
@@ -9,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include <fax/base/config.h>
+#include <fax/base/error.h>
 #include <fax/io/config_yaml.h>
 #include <fax/io/run_log.h>
 #include <fax/tools/charts.h>
@@ -106,6 +108,34 @@ Subcommand add_expect_subcommand(CLI::App& app) {
   cmd->add_option("--tolerance", o->tolerance, "how far a run may land from the recorded value (default 0.005)")
       ->check(CLI::NonNegativeNumber);
   return {cmd, [o] { return expect_command(*o); }};
+}
+
+int table_command(const TableOptions& options) {
+  const std::string path =
+      std::filesystem::is_directory(options.sweep) ? (std::filesystem::path(options.sweep) / "sweep.h5").string()
+                                                   : options.sweep;
+  FAX_CHECK(SweepIndex::is_index(path), "{}: not a sweep index (fax-run sweep writes <dir>/sweep.h5)", path);
+  SweepIndex index = SweepIndex::read(path);
+  if (!options.metric.empty()) {
+    SweepSpec spec;
+    spec.set_metric(options.metric);
+    index.metric = spec.metric;
+    index.maximize = spec.maximize;
+  }
+  std::printf("%s", sweep_table(index, options.rows, options.cols, options.scale).c_str());
+  return 0;
+}
+
+Subcommand add_table_subcommand(CLI::App& app) {
+  auto o = std::make_shared<TableOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "table", "print a sweep's results as a Markdown table: mean +- std over seeds per row and column setting");
+  cmd->add_option("sweep", o->sweep, "a sweep directory or its sweep.h5")->required()->type_name("SWEEP");
+  cmd->add_option("--rows", o->rows, "the key (or prefix, e.g. data) whose settings make the rows")->required();
+  cmd->add_option("--cols", o->cols, "the key (or prefix) whose settings make the columns")->required();
+  cmd->add_option("--metric", o->metric, "the metric (default: the sweep's)");
+  cmd->add_option("--scale", o->scale, "multiply values by this (100: percent)");
+  return {cmd, [o] { return table_command(*o); }};
 }
 
 }  // namespace fax::cli

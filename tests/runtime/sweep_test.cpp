@@ -250,5 +250,39 @@ TEST(SweepIndexTest, RoundTripsThroughHdf5) {
   std::filesystem::remove_all(dir);
 }
 
+// The table of a 2 x (FedAvg, FedProx with two mu) sweep over 2 seeds: rows by the data.* keys,
+// columns by algorithm name; FedProx's cell is its better mu (named); a missing seed is counted; an
+// unfinished cell is "-"; values scaled to percent.
+TEST(SweepTableTest, RowsColumnsSeedsAndTunedSettings) {
+  SweepIndex index;
+  index.metric = "eval/accuracy";
+  const auto add = [&](std::vector<Override> o, const std::string& seed, const std::string& status, double acc) {
+    o.emplace_back("seed", seed);
+    index.trials.push_back(record("trial-" + std::to_string(index.trials.size() + 1), o, status, acc));
+  };
+  const std::vector<Override> iid{{"data.partition", "iid"}};
+  const std::vector<Override> lq{{"data.partition", "label_quantity"}, {"data.labels_per_client", "2"}};
+  const auto with = [](std::vector<Override> o, std::vector<Override> more) {
+    o.insert(o.end(), more.begin(), more.end());
+    return o;
+  };
+  add(with(iid, {{"algorithm.name", "fedavg"}}), "0", "done", 0.90);
+  add(with(iid, {{"algorithm.name", "fedavg"}}), "1", "done", 0.88);
+  add(with(iid, {{"algorithm.name", "fedprox"}, {"algorithm.mu", "0.1"}}), "0", "done", 0.80);
+  add(with(iid, {{"algorithm.name", "fedprox"}, {"algorithm.mu", "0.1"}}), "1", "done", 0.82);
+  add(with(iid, {{"algorithm.name", "fedprox"}, {"algorithm.mu", "0.01"}}), "0", "done", 0.91);
+  add(with(iid, {{"algorithm.name", "fedprox"}, {"algorithm.mu", "0.01"}}), "1", "failed", 0);
+  add(with(lq, {{"algorithm.name", "fedavg"}}), "0", "done", 0.70);
+  add(with(lq, {{"algorithm.name", "fedavg"}}), "1", "done", 0.74);
+  add(with(lq, {{"algorithm.name", "fedprox"}, {"algorithm.mu", "0.1"}}), "0", "pending", 0);
+  EXPECT_EQ(sweep_table(index, "data", "algorithm.name", 100),
+            "| data | fedavg | fedprox |\n"
+            "|---|---|---|\n"
+            "| iid | 89.0 ± 1.4 | 91.0 ± 0.0 (n=1) (mu=0.01) |\n"
+            "| partition=label_quantity, labels_per_client=2 | 72.0 ± 2.8 | - |\n");
+  EXPECT_EQ(test::error_of([&] { sweep_table(index, "data", "data", 1); }),
+            "a table needs two different keys for rows and columns");
+}
+
 }  // namespace
 }  // namespace fax
