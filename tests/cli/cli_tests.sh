@@ -738,6 +738,23 @@ with h5py.File(sys.argv[1]) as f:
     assert names[int(np.argmax(acc))] == sys.argv[2], (names, acc, sys.argv[2])
     assert f["sweep/metric"][()].decode() == "eval/accuracy" and f["sweep/mode"][()].decode() == "max"
 PY
+    # The table of the finished sweep: client lr by server lr, each cell the mean of its two seeds.
+    run_expect 0 "" -- "$FAX_RUN" table "$dir" --rows algorithm.client_lr --cols algorithm.server_lr --scale 100
+    "$PYTHON" - "$dir/sweep.h5" "$WORK/stdout" <<'PY' || fail "table: $(cat "$WORK/stdout")"
+import sys, h5py, numpy as np
+lines = open(sys.argv[2]).read().splitlines()
+assert lines[0] == "| algorithm.client_lr | 0.5 | 1.0 |" and lines[1] == "|---|---|---|", lines
+with h5py.File(sys.argv[1]) as f:
+    acc = f["trials/final/eval/accuracy"][()]
+    overrides = [o.decode() for o in f["trials/overrides"][()]]
+for row, lr in zip(lines[2:], ["0.01", "0.05"]):
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[0] == lr, row
+    for cell, server in zip(cells[1:], ["0.5", "1.0"]):
+        values = [a for a, o in zip(acc, overrides)
+                  if f"algorithm.client_lr={lr}" in o.split("\n") and f"algorithm.server_lr={server}" in o.split("\n")]
+        assert len(values) == 2 and cell == f"{100 * np.mean(values):.1f} ± {100 * np.std(values, ddof=1):.1f}", (cell, values)
+PY
     [[ -n $cut ]] || cut=trial-0008
     overrides=$("$PYTHON" - "$dir/sweep.h5" "$cut" <<'PY'
 import sys, h5py
