@@ -81,8 +81,8 @@ struct User {
   std::vector<int64_t> row_ends;
 };
 
-// How far a split's files have been read, on one line: rewritten in place on a terminal, a plain
-// line every 10 s otherwise, so a quick load prints nothing.
+// How far a split's files have been read, on one line rewritten in place on a terminal and cleared
+// when loading ends (so an error stays the only line); nothing when stderr is not a terminal.
 class Progress {
  public:
   Progress(int64_t total_bytes, std::string what) : total_(total_bytes), what_(std::move(what)) {}
@@ -91,12 +91,11 @@ class Progress {
   }
   void update(const std::string& file, int64_t bytes) {
     const auto now = std::chrono::steady_clock::now();
-    const double since = std::chrono::duration<double>(now - last_).count();
-    if (since < (tty_ ? 0.25 : 10.0)) return;
+    if (!tty_ || std::chrono::duration<double>(now - last_).count() < 0.25) return;
     last_ = now;
     shown_ = true;
     const std::string line = fmt::format("{}: {} MB of {} MB ({})", what_, (done_ + bytes) >> 20, total_ >> 20, file);
-    std::fprintf(stderr, tty_ ? "\r\033[K%s" : "%s\n", line.c_str());
+    std::fprintf(stderr, "\r\033[K%s", line.c_str());
     std::fflush(stderr);
   }
   void finished(int64_t bytes) { done_ += bytes; }
@@ -192,9 +191,9 @@ class LeafFile final : public nlohmann::json_sax<json> {
     return true;
   }
 
-  bool number_integer(number_integer_t v) override { return number(static_cast<double>(v), true); }
-  bool number_unsigned(number_unsigned_t v) override { return number(static_cast<double>(v), true); }
-  bool number_float(number_float_t v, const string_t&) override { return number(v, false); }
+  bool number_integer(number_integer_t v) override { return number(static_cast<double>(v)); }
+  bool number_unsigned(number_unsigned_t v) override { return number(static_cast<double>(v)); }
+  bool number_float(number_float_t v, const string_t&) override { return number(v); }
   bool string(string_t& v) override {
     switch (top()) {
       case At::users: listed_.push_back(v); break;
@@ -374,10 +373,10 @@ class LeafFile final : public nlohmann::json_sax<json> {
     ++user_.rows;
   }
 
-  bool number(double v, bool integral) {
+  bool number(double v) {
     switch (top()) {
       case At::num_samples:
-        FAX_CHECK(integral && v >= 0, "{}: {} is not a sample count", where(), v);
+        FAX_CHECK(v >= 0 && v <= 9007199254740992.0 && v == std::floor(v), "{}: {} is not a sample count", where(), v);
         num_samples_.push_back(static_cast<int64_t>(v));
         break;
       case At::x_row:
@@ -386,13 +385,12 @@ class LeafFile final : public nlohmann::json_sax<json> {
           FAX_CHECK(row_field_ - 1 != kTweetText, "{}: the tweet's text (field {}) is a number", where(), kTweetText);
           break;
         }
-        FAX_CHECK(std::isfinite(v), "{}: a feature that is not finite", where());
+        FAX_CHECK(std::isfinite(static_cast<float>(v)), "{}: feature {} is not a finite float", where(), v);
         user_.numbers.push_back(static_cast<float>(v));
         break;
       case At::y:
-        FAX_CHECK(integral || (v == std::floor(v) && std::abs(v) < 1e15), "{}: label {} is not a whole number",
-                  where(), v);
         FAX_CHECK(v >= 0 && v < std::numeric_limits<int32_t>::max(), "{}: label {} is out of range", where(), v);
+        FAX_CHECK(v == std::floor(v), "{}: label {} is not a whole number", where(), v);
         user_.labels.push_back(static_cast<int64_t>(v));
         break;
       default: scalar("a number");
@@ -418,7 +416,7 @@ class LeafFile final : public nlohmann::json_sax<json> {
     ++user_.string_labels;
     int64_t count = 0, id = 0;
     for_each_character(text, [&](int64_t c) { id = c, ++count; });
-    FAX_CHECK(count == 1, "{}: \"{}\" is not one character", where(), text);
+    FAX_CHECK(count == 1, "{}: \"{}\" is not one character", where(), text.size() > 40 ? text.substr(0, 40) + "..." : text);
     user_.labels.push_back(id);
   }
   // The ids of a string's characters (UTF-8 code points; a character outside LEAF's 80 gets 80).
@@ -436,9 +434,13 @@ class LeafFile final : public nlohmann::json_sax<json> {
 
   // A field of a Sent140 row: the text at kTweetText becomes words, the others are skipped.
   void tweet_field(const std::string& text) {
-    if (s_.task == Task::images && row_field_ == 0 && static_cast<int64_t>(user_.numbers.size()) == row_start_ &&
-        s_.features < 0)
+    // The data set's first row decides: a string in it makes the rows tweets (whose id may be a number).
+    if (s_.task == Task::images && s_.features < 0 && user_.rows == 0 && out_.empty() && read_.empty()) {
       s_.task = Task::tweets;
+      row_field_ = static_cast<int64_t>(user_.numbers.size()) - row_start_;
+      user_.numbers.resize(row_start_);
+      row_start_ = static_cast<int64_t>(user_.tokens.size());
+    }
     FAX_CHECK(s_.task == Task::tweets, "{}: a string where this data set's rows hold numbers", where());
     if (row_field_++ != kTweetText) return;
     split_words(text, [&](const std::string& word) { user_.tokens.push_back(word_id(word)); });
@@ -479,8 +481,13 @@ std::vector<fs::path> split_files(const fs::path& root, const char* split) {
   FAX_CHECK(fs::is_directory(dir, ec), "data.path: {} has no {}/ folder (LEAF's split step writes train/ and test/)",
             root.string(), split);
   std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (entry.path().extension() == ".json" && entry.is_regular_file(ec)) files.push_back(entry.path());
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().extension() != ".json") continue;
+    std::error_code bad;
+    const bool regular = fs::is_regular_file(entry.path(), bad);
+    FAX_CHECK(!bad, "{}: cannot read: {}", entry.path().string(), bad.message());
+    if (regular) files.push_back(entry.path());  // folders, pipes, devices named .json are not data
+  }
   FAX_CHECK(!ec, "{}: cannot list the folder: {}", dir.string(), ec.message());
   FAX_CHECK(!files.empty(), "{}: no .json files", dir.string());
   std::sort(files.begin(), files.end());
@@ -559,9 +566,22 @@ int64_t tokenize_tweets(std::vector<User>& train, std::vector<User>& test, const
   return static_cast<int64_t>(order.size()) + 2;
 }
 
-}  // namespace
+// A message on one line whatever the files hold: control characters (a user named "a\nb") escaped,
+// its length bounded.
+std::string one_line(const std::string& text) {
+  std::string out;
+  for (const char ch : text) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
+    else out += ch;
+    if (out.size() > 2000) return out + "...";
+  }
+  return out;
+}
 
-std::unique_ptr<FederatedDataset> load_leaf(const LeafOptions& options) {
+std::unique_ptr<FederatedDataset> read_leaf(const LeafOptions& options) {
   FAX_CHECK(!options.path.empty(), "data.path: set it to LEAF's data folder (the one holding train/ and test/, e.g. "
             "leaf/data/femnist/data)");
   std::error_code ec;
@@ -616,6 +636,16 @@ std::unique_ptr<FederatedDataset> load_leaf(const LeafOptions& options) {
   }
   return std::make_unique<InMemoryDataset>(std::move(clients), std::move(test_split), classes, std::move(name),
                                            std::move(names));
+}
+
+}  // namespace
+
+std::unique_ptr<FederatedDataset> load_leaf(const LeafOptions& options) {
+  try {
+    return read_leaf(options);
+  } catch (const Error& e) {
+    throw Error(one_line(e.what()));
+  }
 }
 
 }  // namespace fax

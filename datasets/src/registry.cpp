@@ -144,7 +144,10 @@ int64_t leaf_bytes(const LeafOptions& o) {
   namespace fs = std::filesystem;
   std::error_code ec;
   std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(fs::path(o.path) / "train", ec)) files.push_back(entry.path());
+  for (const auto& entry : fs::directory_iterator(fs::path(o.path) / "train", ec)) {
+    std::error_code bad;  // only what the reader reads: a pipe named .json would block the open
+    if (entry.path().extension() == ".json" && fs::is_regular_file(entry.path(), bad)) files.push_back(entry.path());
+  }
   std::sort(files.begin(), files.end());
   int64_t factor = 1;
   if (!files.empty()) {

@@ -5,9 +5,9 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 
 #include <ATen/ATen.h>
 
@@ -38,17 +38,24 @@ class CsvDataset final : public fax::FederatedDataset {
   // Made once per process from the experiment. Everything is read and checked here: a bad file
   // stops the run before it starts, with a fax::Error naming the file and line.
   explicit CsvDataset(const fax::Config& config) : o_(settings().read(config, "data")) {
-    std::ifstream in(o_.path);
+    std::error_code ec;  // a folder or a pipe is not data (opening a pipe would wait for a writer)
+    FAX_CHECK(std::filesystem::exists(o_.path, ec), "data.path: {}: no such file", o_.path);
+    FAX_CHECK(std::filesystem::is_regular_file(o_.path, ec), "data.path: {}: not a regular file", o_.path);
+    std::ifstream in(o_.path, std::ios::binary);
     FAX_CHECK(in, "data.path: {}: cannot open the file", o_.path);
     std::map<std::string, size_t> index;  // client name -> position in names_
     std::vector<std::vector<float>> features;
     std::vector<std::vector<int64_t>> labels;
     std::string line;
     for (int64_t number = 1; std::getline(in, line); ++number) {
+      if (number == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // a UTF-8 byte order mark
+      if (!line.empty() && line.back() == '\r') line.pop_back();                // Windows line ends
       if (line.empty() || line[0] == '#') continue;
-      std::vector<std::string> fields;
-      std::stringstream row(line);
-      for (std::string field; std::getline(row, field, ',');) fields.push_back(field);
+      std::vector<std::string> fields(1);
+      for (const char c : line) {
+        if (c == ',') fields.emplace_back();
+        else fields.back() += c;
+      }
       const std::string where = fmt::format("{}:{}", o_.path, number);
       FAX_CHECK(fields.size() >= 3, "{}: a row needs a client, a label and features", where);
       if (width_ < 0) width_ = static_cast<int64_t>(fields.size()) - 2;
@@ -95,14 +102,15 @@ class CsvDataset final : public fax::FederatedDataset {
   static float parse_number(const std::string& text, const std::string& where) {
     char* end = nullptr;
     const float v = std::strtof(text.c_str(), &end);
-    FAX_CHECK(!text.empty() && *end == '\0' && std::isfinite(v), "{}: '{}' is not a finite number", where, text);
+    FAX_CHECK(!text.empty() && end == text.c_str() + text.size() && std::isfinite(v), "{}: '{}' is not a finite number",
+              where, text);
     return v;
   }
   static int64_t parse_label(const std::string& text, const std::string& where) {
     char* end = nullptr;
     const long long v = std::strtoll(text.c_str(), &end, 10);
-    FAX_CHECK(!text.empty() && *end == '\0' && v >= 0 && v < (1 << 20), "{}: label '{}' is not a class (0, 1, ...)",
-              where, text);
+    FAX_CHECK(!text.empty() && end == text.c_str() + text.size() && v >= 0 && v < (1 << 20),
+              "{}: label '{}' is not a class (0, 1, ...)", where, text);
     return v;
   }
 

@@ -130,8 +130,9 @@ Metrics Experiment::evaluate(const TensorTree& params) {
   const Examples& test = data_.test();
   FAX_CHECK(test.size() > 0, "{} has no test examples to evaluate on", data_.describe());
   // The test split is cut into one pseudo-client per logical shard, so evaluation is spread over
-  // the executors and, like training, independent of their number.
-  const int64_t parts = std::min<int64_t>(mesh_options_.logical_shards, test.size());
+  // the executors and, like training, independent of their number (a split smaller than the
+  // shards leaves some parts empty).
+  const int64_t parts = mesh_options_.logical_shards;
   const at::Tensor totals =
       run_task(TaskKind::evaluate, {}, Cohort::range(parts), parts, params).at("totals");
   const double n = totals[2].item<double>();

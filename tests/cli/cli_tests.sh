@@ -491,6 +491,8 @@ def tweets(n):
     return [["1467810369", "Mon Apr 06 22:19:45 PDT 2009", "NO_QUERY", "someone", text(y)] for y in ys], ys
 write("sent140", "train", {f"user{u}": tweets(20) for u in range(6)})
 write("sent140", "test", {f"user{u}": tweets(5) for u in range(6)})
+write("tiny", "train", {f"f{u}": images(6, [0, 1]) for u in range(4)})
+write("tiny", "test", {"f0": images(2, [0, 1])})  # fewer test examples than logical shards
 PY
     write leaf.yaml <<'YAML'
 rounds: 3
@@ -514,6 +516,12 @@ YAML
       --set model.name=torchscript --set model.path=bag.pt --set algorithm.client_lr=0.5 --set algorithm.local_epochs=2
     run_expect 2 "the transformer predicts the next token at every position, but this data set has one label per sequence" -- \
       "$FAX_RUN" run "$experiment" -o x.h5 "${leaf[@]}" --set data.path="$WORK/sent140" --set model.name=transformer
+    run_expect 2 "softmax_regression needs numeric features, but this data set gives token ids \(text\)" -- \
+      "$FAX_RUN" run "$experiment" -o x.h5 "${leaf[@]}" --set data.path="$WORK/shakespeare" --set model.name=softmax_regression
+    [[ ! -e x.h5 ]] || fail "a refused run wrote a log"
+    # Two test examples over four logical shards: evaluation leaves two parts empty.
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o tiny.h5 "${leaf[@]}" --set data.path="$WORK/tiny" \
+      --set model.name=softmax_regression --set execution.logical_shards=4
     "$PYTHON" - femnist.h5 shakespeare.h5 sent140.h5 <<'PY' || fail "the runs did not log"
 import sys, h5py, numpy as np
 for path, data in zip(sys.argv[1:], ["numeric features (FEMNIST, Synthetic)", "characters (Shakespeare)",

@@ -1,3 +1,4 @@
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <fax/datasets/partition.h>
 #include <fax/datasets/readers.h>
 #include <fax/datasets/registry.h>
+#include <fax/io/config_yaml.h>
 
 #include "../core/helpers.h"
 
@@ -193,7 +195,9 @@ TEST_F(DatasetsTest, LabelDirichletSplitsEachLabelAmongTheClients) {
         const at::Tensor counts = at::bincount(labels.index_select(0, p), {}, 10).to(at::kDouble);
         top_share[alpha] += (counts.max() / counts.sum()).item<double>() / (seeds * 10.0);
       }
-      if (alpha == 0.5) EXPECT_GT(largest, smallest + smallest / 5) << "seed " << seed;
+      if (alpha == 0.5) {
+        EXPECT_GT(largest, smallest + smallest / 5) << "seed " << seed;
+      }
     }
   }
   EXPECT_GT(top_share[0.1], 0.5);
@@ -386,9 +390,10 @@ TEST_F(DatasetsTest, LeafShakespeareIsNextCharacterPrediction) {
 }
 
 TEST_F(DatasetsTest, LeafSent140TweetsBecomeWordIds) {
-  // Rows [id, date, query, user, text]; words split as LEAF does; a vocabulary of the 3 most
-  // frequent training words: "good" (3), "!" (2), then "bad" before "day" (1 each, byte order).
-  const auto row = [](const std::string& text) { return "[\"1\", \"Mon\", \"NO_QUERY\", \"me\", \"" + text + "\"]"; };
+  // Rows [id, date, query, user, text] (the id a number or a string); words split as LEAF does; a
+  // vocabulary of the 3 most frequent training words: "good" (3), "!" (2), then "bad" before "day"
+  // (1 each, byte order).
+  const auto row = [](const std::string& text) { return "[1, \"Mon\", \"NO_QUERY\", \"me\", \"" + text + "\"]"; };
   write_text(dir / "train/t.json", "{\"users\": [\"me\", \"you\"], \"num_samples\": [2, 1], \"user_data\": {"
                                    "\"me\": {\"x\": [" + row("good good!") + ", " + row("bad day") + "], \"y\": [1, 0]}, "
                                    "\"you\": {\"x\": [" + row("good!") + "], \"y\": [1]}}}");
@@ -443,6 +448,13 @@ TEST_F(DatasetsTest, LeafBadInputIsOneLineNamingTheFileAndKey) {
        "fax reads FEMNIST, Shakespeare, Sent140 and Synthetic)"},
       {"{\"users\": [\"a\"], \"num_samples\": [1], \"user_data\": {\"a\": {\"x\": [[[1]]], \"y\": [0]}}}",
        "user \"a\", x[0]: a list where LEAF's schema has numbers"},
+      {"{\"users\": [\"a\"], \"num_samples\": [1], \"user_data\": {\"a\": {\"x\": [[1e39]], \"y\": [0]}}}",
+       "user \"a\", x[0]: feature 1e+39 is not a finite float"},
+      {"{\"users\": [\"a\"], \"num_samples\": [1], \"user_data\": {\"a\": {\"x\": [[1]], \"y\": [1e20]}}}",
+       "user \"a\", y[0]: label 1e+20 is out of range"},
+      // A name with a line break stays on one line.
+      {"{\"users\": [\"a\\nb\"], \"num_samples\": [1], \"user_data\": {\"a\\nb\": {\"x\": [], \"y\": []}}}",
+       "user \"a\\nb\" has no samples"},
   };
   for (const auto& [text, message] : cases) {
     write_text(dir / "train/a.json", text);
@@ -453,6 +465,23 @@ TEST_F(DatasetsTest, LeafBadInputIsOneLineNamingTheFileAndKey) {
       EXPECT_EQ(error.rfind(train, 0), 0u) << error;
     }
   }
+  // A .json entry that cannot be read (a dangling link) is an error; a pipe or folder named .json
+  // is not data, and the size estimate does not open it (which would block).
+  write_text(dir / "train/a.json", good_test);
+  fs::create_symlink(dir / "nowhere.json", dir / "train/b.json");
+  EXPECT_EQ(test::error_of([&] { load_leaf(o); }),
+            fmt::format("{}: cannot read: No such file or directory", (dir / "train/b.json").string()));
+  fs::remove(dir / "train/b.json");
+  ASSERT_EQ(::mkfifo((dir / "train/0.json").c_str(), 0600), 0);
+  fs::create_directories(dir / "train/c.json");
+  EXPECT_EQ(load_leaf(o)->num_clients(), 1);
+  Config config = parse_config(fmt::format("data: {{path: {}}}", dir.string()), "test");
+  Schema schema;
+  schema.add_all(find_dataset("leaf").keys, "data");
+  config.resolve(schema);
+  EXPECT_GT(find_dataset("leaf").estimate_bytes(config), 0);
+  fs::remove(dir / "train/0.json");
+  fs::remove(dir / "train/c.json");
   // A user in two training files.
   write_text(dir / "train/a.json", good_test);
   write_text(dir / "train/b.json", good_test);

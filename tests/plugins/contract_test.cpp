@@ -100,12 +100,16 @@ TEST_P(DatasetContract, KeysAreDocumentedAndTheirDefaultsValid) {
 TEST(DatasetPlugin, TemplateLoadsThroughTheGuard) {
   const auto plugin = load_dataset_plugin_file((fs::path(FAX_TEST_PLUGIN_DIR) / "fax_example_dataset.so").string());
   const fs::path csv = fs::temp_directory_path() / ("fax_dataset_plugin_" + std::to_string(::getpid()) + ".csv");
-  std::ofstream(csv) << "# client,label,x,y\nb,1,0.5,2\na,0,1,-1\nb,2,3,4\nb,0,1,1\na,1,0,0\n";
+  // With a byte order mark and Windows line ends.
+  std::ofstream(csv, std::ios::binary) << "\xEF\xBB\xBF# client,label,x,y\r\nb,1,0.5,2\r\na,0,1,-1\r\nb,2,3,4\r\nb,0,1,1\r\na,1,0,0\r\n";
   Schema schema;
   schema.add_all(plugin->keys, "data");
   Config config = parse_config("data: {path: " + csv.string() + ", test_fraction: 0.5}", "test");
   config.resolve(schema);
   const auto data = plugin->create(config);
+  std::ofstream(csv, std::ios::binary | std::ios::app) << "a,1,2,\n";
+  EXPECT_EQ(test::error_of([&] { plugin->create(config); }),
+            "dataset plugin 'example_dataset' (" + plugin->path + "): " + csv.string() + ":7: '' is not a finite number");
   fs::remove(csv);
   ASSERT_EQ(data->num_clients(), 2);
   EXPECT_EQ(data->client_name(0), "b");
@@ -118,7 +122,7 @@ TEST(DatasetPlugin, TemplateLoadsThroughTheGuard) {
   EXPECT_EQ(test::error_of([&] { data->client(7); }).rfind(who + " failed in client(): ", 0), 0u)
       << test::error_of([&] { data->client(7); });
   EXPECT_EQ(test::error_of([&] { plugin->create(config); }),
-            who + ": data.path: " + csv.string() + ": cannot open the file");
+            who + ": data.path: " + csv.string() + ": no such file");
   EXPECT_EQ(test::error_of([&] { load_model_plugin_file(plugin->path); }),
             "plugin " + plugin->path + " holds a dataset, not a model: name it in data.name");
 }

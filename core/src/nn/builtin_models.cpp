@@ -485,18 +485,28 @@ const Settings<TransformerOptions>& transformer_settings() {
   return table;
 }
 
+
+// The shape of numeric inputs: a model of features refuses token ids (text) with a message.
+const ModelShape& features(const ModelShape& shape, const char* model) {
+  FAX_CHECK(at::isFloatingType(shape.input_type), "{} needs numeric features, but this data set gives token ids "
+            "(text): use the transformer or a TorchScript module", model);
+  return shape;
+}
+
 }  // namespace
 
 const std::vector<ModelEntry>& model_registry() {
   static const std::vector<ModelEntry> registry = {
       {"softmax_regression", "multinomial logistic regression on flattened inputs", {},
        [](const Config&, const ModelShape& shape) -> std::unique_ptr<Model> {
-         return std::make_unique<SoftmaxRegression>(product(shape.input_shape), shape.num_classes);
+         return std::make_unique<SoftmaxRegression>(product(features(shape, "softmax_regression").input_shape),
+                                                    shape.num_classes);
        }},
       {"mlp", "multilayer perceptron with ReLU (McMahan et al.: 784-200-200-10)", mlp_settings().keys(),
        [](const Config& c, const ModelShape& shape) -> std::unique_ptr<Model> {
          const MlpSettings o = mlp_settings().read(c, "model");
-         return std::make_unique<Mlp>(shape.input_shape, parse_sizes(o.hidden, "model.hidden"), shape.num_classes);
+         return std::make_unique<Mlp>(features(shape, "mlp").input_shape, parse_sizes(o.hidden, "model.hidden"),
+                                      shape.num_classes);
        }},
       {"cnn", "CNN, by default McMahan et al. 2017's (two 5x5 conv + pool, dense 512)", cnn_settings().keys(),
        [](const Config& c, const ModelShape& shape) -> std::unique_ptr<Model> {
@@ -506,19 +516,21 @@ const std::vector<ModelEntry>& model_registry() {
          o.dense = parse_sizes(s.dense, "model.dense");
          o.kernel = s.kernel;
          o.same_padding = s.padding == "same";
-         return std::make_unique<Cnn>(shape.input_shape, shape.num_classes, o);
+         return std::make_unique<Cnn>(features(shape, "cnn").input_shape, shape.num_classes, o);
        }},
       {"lenet", "LeNet-style CNN of the non-IID benchmark (Li et al. 2022: conv 6, 16, dense 120, 84)", {},
        [](const Config&, const ModelShape& shape) -> std::unique_ptr<Model> {
-         return std::make_unique<Cnn>(shape.input_shape, shape.num_classes, lenet_options());
+         return std::make_unique<Cnn>(features(shape, "lenet").input_shape, shape.num_classes, lenet_options());
        }},
       {"resnet18_gn", "ResNet-18 with GroupNorm for 32x32 images (Hsieh et al. 2020)", resnet_settings().keys(),
        [](const Config& c, const ModelShape& shape) -> std::unique_ptr<Model> {
-         return std::make_unique<ResNet>(shape.input_shape, shape.num_classes, resnet_settings().read(c, "model"));
+         return std::make_unique<ResNet>(features(shape, "resnet18_gn").input_shape, shape.num_classes,
+                                         resnet_settings().read(c, "model"));
        }},
       {"transformer", "decoder-only transformer language model (next-token prediction)", transformer_settings().keys(),
        [](const Config& c, const ModelShape& shape) -> std::unique_ptr<Model> {
-         FAX_CHECK(shape.input_shape.size() == 1, "the transformer needs token sequences (a text data set)");
+         FAX_CHECK(shape.input_shape.size() == 1 && !at::isFloatingType(shape.input_type),
+                   "the transformer needs token sequences (a text data set)");
          FAX_CHECK(shape.label_rank != 0, "the transformer predicts the next token at every position, but this data "
                    "set has one label per sequence (e.g. Sent140's tweets): use a sequence classifier, e.g. a "
                    "TorchScript module (model.name: torchscript)");
