@@ -424,11 +424,15 @@ TEST_F(ModelsTest, RegistryBuildsEveryModel) {
     Config config;
     config.resolve(schema);
     const bool text = entry.name == "transformer";
-    const ModelShape shape = text ? ModelShape{{16}, 40} : ModelShape{{1, 28, 28}, 10};
+    const ModelShape tokens{{16}, 40, at::kLong};
+    const ModelShape shape = text ? tokens : ModelShape{{1, 28, 28}, 10};
     if (entry.name == "torchscript") {  // needs its file (tests/plugins/torchscript_test.cpp)
       EXPECT_THROW(entry.create(config, shape), Error);
       continue;
     }
+    // Models of features refuse token ids up front, and the transformer refuses features.
+    const std::string refused = test::error_of([&] { entry.create(config, text ? ModelShape{{16}, 40} : tokens); });
+    EXPECT_NE(refused.find(text ? "needs token sequences" : "needs numeric features"), std::string::npos) << refused;
     const auto model = entry.create(config, shape);
     EXPECT_GT(model->forward_flops(), 0) << entry.name;
     const at::Tensor x = text ? at::randint(0, 40, {2, 16}, at::kLong) : at::randn({2, 1, 28, 28});
