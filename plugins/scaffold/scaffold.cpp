@@ -57,8 +57,14 @@ class Scaffold final : public fax::Algorithm {
                          const at::Tensor& steps) {
       const fax::TensorTree ci = ctx.client_states.gather(chunk, zeros);
       const fax::TensorTree moved = fax::scale_rows(fax::sub(fax::detach(start), trained), 1.0 / (steps * client_lr_));
-      const fax::TensorTree change =
-          fax::zip_map(moved, c, [](const at::Tensor& m, const at::Tensor& cs) { return m - cs; });
+      fax::TensorTree change = fax::zip_map(moved, c, [](const at::Tensor& m, const at::Tensor& cs) { return m - cs; });
+      // A client whose training diverged (dropped by the non-finite screen) keeps its c_i and
+      // contributes no change (0, not NaN, which a zero weight would not cancel).
+      at::Tensor finite = at::ones({steps.size(0)}, at::kBool);
+      for (const auto& [name, t] : change) finite = finite & t.flatten(1).isfinite().all(1);
+      change = change.map([&](const at::Tensor& t) {
+        return at::where(finite.view({-1, 1}).expand({t.size(0), t[0].numel()}).view(t.sizes()), t, at::zeros_like(t));
+      });
       ctx.client_states.scatter(chunk, fax::add(ci, change));
       return change;
     };

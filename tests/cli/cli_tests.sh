@@ -652,6 +652,23 @@ with h5py.File(sys.argv[1]) as f:
     assert np.all(np.isfinite(f["metrics/train/loss"][()]))
     assert np.all(np.isfinite(f["checkpoints/2/params/w"][()]))
 PY
+    # The same with algorithms that keep per-client state or weigh by local progress.
+    for algorithm in scaffold fednova fedprox; do
+      run_expect 0 "" -- "$FAX_RUN" run "$WORK/nan.yaml" -q -o "$WORK/nan_$algorithm.h5" --set execution.nonfinite=drop \
+        --set algorithm.name=$algorithm
+      "$PYTHON" - "$WORK/nan_$algorithm.h5" <<'PY' || fail "$algorithm: the model is not finite after a dropped client"
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1]) as f:
+    assert list(f["metrics/train/dropped_clients"][()]) == [1, 1]
+    def finite(group):
+        for key, item in group.items():
+            if isinstance(item, h5py.Group):
+                finite(item)
+            else:
+                assert np.all(np.isfinite(item[()])), key
+    finite(f["checkpoints/2"])
+PY
+    done
     ;;
   missing_data)
     run_expect 2 "/nonexistent/fmnist: no such directory \(data.path" -- \
