@@ -146,7 +146,7 @@ class LeafFile final : public nlohmann::json_sax<json> {
       FAX_CHECK(it != read_.end(), "{}: user \"{}\" is in \"users\" but not in \"user_data\"", file_, listed_[i]);
       User& user = it->second;
       FAX_CHECK(user.rows == num_samples_[i], "{}: user \"{}\" has {} samples, \"num_samples\" says {}",
-                file_, listed_[i], user.examples.size(), num_samples_[i]);
+                file_, listed_[i], user.rows, num_samples_[i]);
       out_.push_back(std::move(user));
       read_.erase(it);
     }
