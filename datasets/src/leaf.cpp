@@ -640,6 +640,28 @@ std::unique_ptr<FederatedDataset> read_leaf(const LeafOptions& options) {
 
 }  // namespace
 
+// Bytes in memory per byte of LEAF JSON, from the first row of the first training file: numbers
+// shrink to floats (about 1); Shakespeare's strings become int64 ids (8 per character of a row, the
+// row and its labels sharing one tensor); Sent140's tweets a fixed number of ids (about 1).
+int64_t estimate_leaf_bytes(const LeafOptions& options) {
+  std::vector<fs::path> train, test;
+  try {
+    train = split_files(options.path, "train");
+    test = split_files(options.path, "test");
+  } catch (const Error&) {
+    return 0;
+  }
+  std::ifstream in(train.front(), std::ios::binary);
+  std::string head(1 << 16, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(in.gcount()));
+  const size_t x = head.find("\"x\"");
+  const size_t first = x == std::string::npos ? x : head.find_first_not_of(" \t\r\n:[", x + 3);
+  const int64_t factor = first != std::string::npos && head[first] == '"' ? 8 : 1;
+  // Sent140's vocabulary, capped: the setting has no upper bound and the sum must not overflow.
+  return factor * (total_bytes(train) + total_bytes(test)) + std::min<int64_t>(options.vocab, int64_t{1} << 40) * 128;
+}
+
 std::unique_ptr<FederatedDataset> load_leaf(const LeafOptions& options) {
   try {
     return read_leaf(options);

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <initializer_list>
 #include <limits>
 
@@ -137,32 +136,6 @@ Settings<LeafOptions> leaf_settings() {
       .add("sequence_length", &O::sequence_length, "Sent140: words per tweet (longer ones are cut)", at_least(1));
 }
 
-// Bytes in memory per byte of LEAF JSON, from the first row of the first training file: numbers
-// shrink to floats (about 1); Shakespeare's 80-character strings become int64 ids (8 per character
-// of a row, the row and its labels sharing one tensor); Sent140 tweets a fixed number of int64 ids.
-int64_t leaf_bytes(const LeafOptions& o) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(fs::path(o.path) / "train", ec)) {
-    std::error_code bad;  // only what the reader reads: a pipe named .json would block the open
-    if (entry.path().extension() == ".json" && fs::is_regular_file(entry.path(), bad)) files.push_back(entry.path());
-  }
-  std::sort(files.begin(), files.end());
-  int64_t factor = 1;
-  if (!files.empty()) {
-    std::ifstream in(files.front(), std::ios::binary);
-    std::string head(1 << 16, '\0');
-    in.read(head.data(), static_cast<std::streamsize>(head.size()));
-    head.resize(static_cast<size_t>(in.gcount()));
-    const size_t x = head.find("\"x\"");
-    const size_t first = x == std::string::npos ? x : head.find_first_not_of(" \t\r\n:[", x + 3);
-    if (first != std::string::npos && head[first] == '"') factor = 8;
-  }
-  const int64_t json = plus({bytes_on_disk((fs::path(o.path) / "train").string()), bytes_on_disk((fs::path(o.path) / "test").string())});
-  return plus({times({factor, json}), times({2, o.vocab, 64})});
-}
-
 Settings<TextOptions> text_settings() {
   using O = TextOptions;
   return Settings<O>()
@@ -214,7 +187,7 @@ const std::vector<DatasetEntry>& dataset_registry() {
           [](const CifarOptions& o) { return plus({kCifarBytes, times({o.partition.clients, 64})}); }),
       entry<LeafOptions>(
           "leaf", "LEAF's JSON files (FEMNIST, Shakespeare, Sent140, Synthetic): each user a client",
-          leaf_settings(), [](const LeafOptions& o) { return load_leaf(o); }, leaf_bytes),
+          leaf_settings(), [](const LeafOptions& o) { return load_leaf(o); }, estimate_leaf_bytes),
       entry<TffHdf5Options>(
           "tff_hdf5", "a TensorFlow Federated HDF5 file (fed_emnist schema: /examples/<client>/<feature>)",
           tff_hdf5_settings(), [](const TffHdf5Options& o) { return load_tff_hdf5(o); },

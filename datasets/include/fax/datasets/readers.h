@@ -74,6 +74,10 @@ struct LeafOptions {
 /// (the text at index 4, split into words as LEAF does). CelebA (image file names) and Reddit
 /// (nested token lists) are refused. The files are parsed as a stream: the JSON text is never held.
 std::unique_ptr<FederatedDataset> load_leaf(const LeafOptions& options);
+/// About how many bytes load_leaf(options) holds, from the sizes of the files it would read and the
+/// first row of the first training file, without parsing them; 0 when the folder is not LEAF's
+/// (load_leaf then says why).
+int64_t estimate_leaf_bytes(const LeafOptions& options);
 
 struct TffHdf5Options {
   std::string path;       ///< a TFF-style file: /examples/<client id>/<feature>
