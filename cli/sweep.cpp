@@ -292,15 +292,18 @@ int sweep_command(const SweepOptions& options) {
 
   const std::string self = fs::read_symlink("/proc/self/exe").string();
   std::map<pid_t, Running> running;
-  size_t next = 0, finished = already;
+  // Trials stopped part-way first (they hold a checkpoint), then launch_order's.
+  std::vector<size_t> order = launch_order(spec);
+  std::stable_partition(order.begin(), order.end(), [&](size_t i) {
+    return index.trials[i].status == "pending" && readable_run_log(trial_path(index.trials[i].name, ".h5"));
+  });
+  size_t position = 0, finished = already;
   bool stopping = false;
   while (true) {
-    while (!stopping && running.size() < slots && next < index.trials.size()) {
+    while (!stopping && running.size() < slots && position < order.size()) {
+      const size_t next = order[position++];
       TrialRecord& t = index.trials[next];
-      if (t.status != "pending") {
-        ++next;
-        continue;
-      }
+      if (t.status != "pending") continue;
       const std::string run = trial_path(t.name, ".h5");
       std::vector<std::string> args;
       if (readable_run_log(run)) {
@@ -315,7 +318,6 @@ int sweep_command(const SweepOptions& options) {
       running[launch(args, trial_path(t.name, ".log"))] = {next, Clock::now()};
       t.status = "running";
       index.write(index_path);
-      ++next;
     }
     if (running.empty()) break;
     if (sweep_signal != 0 && !stopping) {

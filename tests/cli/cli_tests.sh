@@ -744,6 +744,10 @@ PY
     finished=$(awk '$2 == "done" {print $1}' "$WORK/before")
     cut=$(awk '$2 == "running" {print $1; exit}' "$WORK/before")
     (( $(echo "$finished" | wc -w) < 8 )) || fail "the sweep finished before the kill"
+    # Every setting's first seed (the odd trials) runs before any second seed.
+    for t in $finished; do
+      (( 10#${t#trial-} % 2 == 1 )) || fail "$t (a second seed) finished before every first seed ran: $(cat "$WORK/before")"
+    done
     for t in $finished; do sha256sum "$dir/$t.h5"; done > "$WORK/finished.sha"
     run_expect 0 "" -- "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$dir" --executors 2
     grep -q "resuming: $(echo "$finished" | wc -w) done" "$WORK/stdout" || fail "no resume line: $(cat "$WORK/stdout")"

@@ -144,13 +144,26 @@ TEST_F(ModelsTest, TransformerIsCausal) {
   EXPECT_FALSE(at::allclose(a.narrow(1, 7, 5), b.narrow(1, 7, 5))) << "later positions ignore their inputs";
 }
 
-TEST_F(ModelsTest, GroupedConvolutionEqualsPerClientConvolution) {
-  const at::Tensor x = at::randn({3, 2, 4, 8, 8});
-  const at::Tensor w = at::randn({3, 5, 4, 3, 3});
-  const at::Tensor b = at::randn({3, 5});
-  const at::Tensor out = fax::conv2d(x, w, b, 1);
-  ASSERT_EQ(out.sizes(), (at::IntArrayRef{3, 2, 5, 8, 8}));
-  for (int64_t i = 0; i < 3; ++i) EXPECT_TRUE(at::allclose(out[i], at::conv2d(x[i], w[i], b[i], 1, 1), 1e-5, 1e-5));
+// Both of fax::conv2d's paths: a loop over clients below 16 input channels, groups from 16 up.
+TEST_F(ModelsTest, BatchedConvolutionEqualsPerClientConvolution) {
+  for (int64_t channels : {4, 16}) {
+    const at::Tensor x = at::randn({3, 2, channels, 8, 8}).requires_grad_();
+    const at::Tensor w = at::randn({3, 5, channels, 3, 3}).requires_grad_();
+    const at::Tensor b = at::randn({3, 5});
+    const at::Tensor out = fax::conv2d(x, w, b, 1);
+    ASSERT_EQ(out.sizes(), (at::IntArrayRef{3, 2, 5, 8, 8}));
+    const at::Tensor unbiased = fax::conv2d(x, w, {}, 1);
+    const auto grads = torch::autograd::grad({out.square().sum()}, {x, w});
+    for (int64_t i = 0; i < 3; ++i) {
+      const at::Tensor xi = x[i].detach().requires_grad_(), wi = w[i].detach().requires_grad_();
+      const at::Tensor expected = at::conv2d(xi, wi, b[i], 1, 1);
+      EXPECT_TRUE(at::allclose(out[i], expected, 1e-5, 1e-5)) << channels << " channels, client " << i;
+      EXPECT_TRUE(at::allclose(unbiased[i], at::conv2d(xi, wi, {}, 1, 1), 1e-5, 1e-5)) << channels << " channels";
+      const auto expected_grads = torch::autograd::grad({expected.square().sum()}, {xi, wi});
+      EXPECT_TRUE(at::allclose(grads[0][i], expected_grads[0], 1e-4, 1e-4)) << channels << " channels, client " << i;
+      EXPECT_TRUE(at::allclose(grads[1][i], expected_grads[1], 1e-4, 1e-4)) << channels << " channels, client " << i;
+    }
+  }
 }
 
 // fax::max_pool2 runs its own kernel; it must pick max_pool2d's corner everywhere (ties, NaN,

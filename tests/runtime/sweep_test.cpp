@@ -42,6 +42,18 @@ sweep:
   EXPECT_TRUE(spec.maximize);
 }
 
+TEST(SweepSpecTest, TrialsRunEverySettingsFirstSeedBeforeAnySecond) {
+  const SweepSpec spec = SweepSpec::from_yaml(R"(
+sweep:
+  grid:
+    algorithm.client_lr: [0.01, 0.1, 1]
+  seeds: [7, 8]
+)", "exp.yaml");
+  EXPECT_EQ(launch_order(spec), (std::vector<size_t>{0, 2, 4, 1, 3, 5}));
+  const SweepSpec unseeded = SweepSpec::from_yaml("sweep:\n  grid:\n    algorithm.client_lr: [0.01, 0.1]\n", "exp.yaml");
+  EXPECT_EQ(launch_order(unseeded), (std::vector<size_t>{0, 1}));
+}
+
 TEST(SweepSpecTest, AGridValueMayBeAMappingOfSettingsThatGoTogether) {
   const SweepSpec spec = SweepSpec::from_yaml(R"(
 sweep:

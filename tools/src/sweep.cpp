@@ -315,6 +315,15 @@ std::vector<Trial> expand(const SweepSpec& spec) {
   return trials;
 }
 
+std::vector<size_t> launch_order(const SweepSpec& spec) {
+  const size_t seeds = std::max<size_t>(1, spec.seeds.size());
+  const size_t settings = expand(spec).size() / seeds;
+  std::vector<size_t> order;
+  for (size_t s = 0; s < seeds; ++s)
+    for (size_t p = 0; p < settings; ++p) order.push_back(p * seeds + s);
+  return order;
+}
+
 double TrialRecord::value(const std::string& metric) const {
   if (status != "done") return std::numeric_limits<double>::quiet_NaN();
   for (const auto& [name, v] : final)

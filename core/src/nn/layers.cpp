@@ -87,8 +87,17 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bi
 
 at::Tensor conv2d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias, int64_t padding, int64_t stride) {
   if (!batched(w, 4)) return at::conv2d(x, w, bias, stride, padding);
-  // [k, b, c, h, w] -> [b, k * c, h, w]; the clients become convolution groups.
   const int64_t k = w.size(0), b = x.size(1), c = x.size(2);
+  // oneDNN runs a grouped convolution with few input channels per group as im2col and many tiny
+  // GEMMs, but one client's convolution on its direct JIT kernels: faster below 16 channels, a
+  // little slower from 16 up (experiments/bench/RESULTS.md, "Small convolutions").
+  if (c < 16) {
+    std::vector<at::Tensor> outs;
+    outs.reserve(k);
+    for (int64_t j = 0; j < k; ++j) outs.push_back(at::conv2d(x[j], w[j], bias.defined() ? bias[j] : bias, stride, padding));
+    return at::stack(outs);
+  }
+  // [k, b, c, h, w] -> [b, k * c, h, w]; the clients become convolution groups.
   const at::Tensor grouped_x = x.transpose(0, 1).reshape({b, k * c, x.size(3), x.size(4)});
   const at::Tensor grouped_w = w.reshape({k * w.size(1), c, w.size(3), w.size(4)});
   const at::Tensor out =
