@@ -81,9 +81,10 @@ struct ExpectOptions {
 };
 
 struct TableOptions {
-  std::string sweep;  ///< a sweep directory or its sweep.h5
+  std::vector<std::string> inputs;  ///< a sweep directory or its sweep.h5; or run logs
   std::string rows, cols;
-  std::string metric;  ///< empty: the sweep's
+  std::vector<std::string> metrics;  ///< a sweep's: at most one (empty: the sweep's); run logs': the columns
+  std::vector<std::string> where;    ///< a sweep's trials to keep, KEY=VALUE
   double scale = 1.0;
 };
 

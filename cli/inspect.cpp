@@ -111,14 +111,23 @@ Subcommand add_expect_subcommand(CLI::App& app) {
 }
 
 int table_command(const TableOptions& options) {
+  const std::string& first = options.inputs.front();
   const std::string path =
-      std::filesystem::is_directory(options.sweep) ? (std::filesystem::path(options.sweep) / "sweep.h5").string()
-                                                   : options.sweep;
-  FAX_CHECK(SweepIndex::is_index(path), "{}: not a sweep index (fax-run sweep writes <dir>/sweep.h5)", path);
-  SweepIndex index = SweepIndex::read(path);
-  if (!options.metric.empty()) {
+      std::filesystem::is_directory(first) ? (std::filesystem::path(first) / "sweep.h5").string() : first;
+  if (!SweepIndex::is_index(path)) {
+    FAX_CHECK(options.rows.empty() && options.cols.empty() && options.where.empty() && options.scale == 1.0,
+              "{}: --rows, --cols, --where and --scale are for a sweep; a table of run logs takes --metric columns", first);
+    const std::vector<std::string> columns = options.metrics.empty() ? std::vector<std::string>{"eval/accuracy%"} : options.metrics;
+    std::printf("%s", runs_table(options.inputs, columns).c_str());
+    return 0;
+  }
+  FAX_CHECK(options.inputs.size() == 1, "{}: a table shows one sweep (or run logs only)", path);
+  FAX_CHECK(!options.rows.empty() && !options.cols.empty(), "{}: a sweep's table needs --rows and --cols", path);
+  FAX_CHECK(options.metrics.size() <= 1, "{}: a sweep's table shows one --metric", path);
+  SweepIndex index = select_trials(SweepIndex::read(path), options.where);
+  if (!options.metrics.empty()) {
     SweepSpec spec;
-    spec.set_metric(options.metric);
+    spec.set_metric(options.metrics.front());
     index.metric = spec.metric;
     index.maximize = spec.maximize;
   }
@@ -129,12 +138,20 @@ int table_command(const TableOptions& options) {
 Subcommand add_table_subcommand(CLI::App& app) {
   auto o = std::make_shared<TableOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "table", "print a sweep's results as a Markdown table: mean +- std over seeds per row and column setting");
-  cmd->add_option("sweep", o->sweep, "a sweep directory or its sweep.h5")->required()->type_name("SWEEP");
-  cmd->add_option("--rows", o->rows, "the key (or prefix, e.g. data) whose settings make the rows")->required();
-  cmd->add_option("--cols", o->cols, "the key (or prefix) whose settings make the columns")->required();
-  cmd->add_option("--metric", o->metric, "the metric (default: the sweep's)");
-  cmd->add_option("--scale", o->scale, "multiply values by this (100: percent)");
+      "table",
+      "print results as a Markdown table: a sweep's (mean +- std over seeds per row and column setting) or run logs' "
+      "(a row per log, a column per metric)");
+  cmd->add_option("inputs", o->inputs, "a sweep directory or its sweep.h5; or run logs")->required()->type_name("SWEEP|RUN.h5...");
+  cmd->add_option("--rows", o->rows, "a sweep: the key (or prefix, e.g. data) whose settings make the rows");
+  cmd->add_option("--cols", o->cols, "a sweep: the key (or prefix) whose settings make the columns");
+  cmd->add_option("--metric", o->metrics,
+                  "a sweep: the metric (default: the sweep's); run logs: a column, repeatable: METRIC (its last value), "
+                  "METRIC@ROUND, METRIC@lastK (mean of the last k values), a trailing % for percent "
+                  "(default eval/accuracy%)")
+      ->type_name("NAME");
+  cmd->add_option("--where", o->where, "a sweep: only trials with this setting, e.g. algorithm.name=fedavg; repeatable")
+      ->type_name("KEY=VALUE");
+  cmd->add_option("--scale", o->scale, "a sweep: multiply values by this (100: percent)");
   return {cmd, [o] { return table_command(*o); }};
 }
 

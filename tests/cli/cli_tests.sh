@@ -784,6 +784,17 @@ for row, lr in zip(lines[2:], ["0.01", "0.05"]):
                   if f"algorithm.client_lr={lr}" in o.split("\n") and f"algorithm.server_lr={server}" in o.split("\n")]
         assert len(values) == 2 and cell == f"{100 * np.mean(values):.1f} ± {100 * np.std(values, ddof=1):.1f}", (cell, values)
 PY
+    # --where keeps the trials with a setting: the server lr 1.0 column alone, the same cells.
+    full=$("$FAX_RUN" table "$dir" --rows algorithm.client_lr --cols algorithm.server_lr --scale 100)
+    run_expect 0 "" -- "$FAX_RUN" table "$dir" --rows algorithm.client_lr --cols algorithm.server_lr --scale 100 \
+      --where algorithm.server_lr=1.0
+    [[ $(sed -n 1p "$WORK/stdout") == "| algorithm.client_lr | 1.0 |" ]] || fail "--where header: $(cat "$WORK/stdout")"
+    for row in 3 4; do
+      [[ $(sed -n ${row}p "$WORK/stdout" | cut -d'|' -f3) == $(echo "$full" | sed -n ${row}p | cut -d'|' -f4) ]] \
+        || fail "--where row $row: $(cat "$WORK/stdout") against $full"
+    done
+    run_expect 2 "--where algorithm\.server_lr=9: no trial of the sweep has these settings" -- \
+      "$FAX_RUN" table "$dir" --rows algorithm.client_lr --cols algorithm.server_lr --where algorithm.server_lr=9
     [[ -n $cut ]] || cut=trial-0008
     overrides=$("$PYTHON" - "$dir/sweep.h5" "$cut" <<'PY'
 import sys, h5py
@@ -839,6 +850,29 @@ PY
       run_expect 0 "" -- "$FAX_RUN" run "$FAX_SOURCE_DIR/experiments/$name.yaml" --check -o "$WORK/$name.h5"
       grep -q "^check: eval/accuracy at round [0-9]*: .*: ok$" "$WORK/stdout" || fail "$name: no check line: $(cat "$WORK/stdout")"
     done
+    # Their logs as a table: a row per log, its last round, the columns asked for, the rounds' time.
+    run_expect 0 "" -- "$FAX_RUN" table "$WORK/synthetic_fedsgd.h5" "$WORK/fmnist_fedavg.h5" \
+      --metric eval/accuracy% --metric eval/accuracy@100 --metric train/loss@last3 --metric privacy/epsilon
+    "$PYTHON" - "$WORK" "$WORK/stdout" <<'PY' || fail "run table: $(cat "$WORK/stdout")"
+import sys, h5py, numpy as np
+lines = open(sys.argv[2]).read().splitlines()
+assert lines[0] == "| run | rounds | eval/accuracy% | eval/accuracy@100 | train/loss@last3 | privacy/epsilon | time in rounds |", lines
+assert lines[1] == "|---|---|---|---|---|---|---|", lines
+for line, name in zip(lines[2:], ["synthetic_fedsgd", "fmnist_fedavg"]):
+    with h5py.File(f"{sys.argv[1]}/{name}.h5") as f:
+        m = f["metrics"]
+        acc, rounds, loss = m["eval/accuracy"][()], m["round"][()], m["train/loss"][()]
+        seconds = m["time/round_s"][()].sum()
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    at100 = acc[list(rounds).index(100)]
+    assert cells[:6] == [name, str(rounds[-1]), f"{100 * acc[np.isfinite(acc)][-1]:.1f}%", "-" if np.isnan(at100) else f"{at100:.4g}",
+                         f"{loss[np.isfinite(loss)][-3:].mean():.4g}", "-"], (cells, name)
+    assert cells[6] == (f"{seconds:.1f} s" if seconds < 60 else cells[6]), (cells, seconds)
+PY
+    run_expect 2 "table column 'eval/accuracy@lastx': expected METRIC, METRIC@ROUND or METRIC@lastK" -- \
+      "$FAX_RUN" table "$WORK/fmnist_fedavg.h5" --metric eval/accuracy@lastx
+    run_expect 2 "fmnist_fedavg\.h5: --rows, --cols, --where and --scale are for a sweep" -- \
+      "$FAX_RUN" table "$WORK/fmnist_fedavg.h5" --rows data
     # A miss exits 1 with one line naming the metric, what it got and what was expected.
     run_expect 1 "synthetic_fedsgd\.h5: check failed: eval/accuracy at round 20: [0-9.]*, expected 0\.79431 \+- 0\.005; eval/loss at round 20: .* \(expected results recorded on fax .*\)" -- \
       "$FAX_RUN" run "$FAX_SOURCE_DIR/experiments/synthetic_fedsgd.yaml" --check -q -o "$WORK/synthetic_fedsgd.h5" --set rounds=20

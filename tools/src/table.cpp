@@ -1,8 +1,12 @@
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <limits>
 #include <map>
+#include <cctype>
 
 #include <fax/base/error.h>
+#include <fax/io/run_log.h>
 #include <fax/tools/sweep.h>
 
 namespace fax {
@@ -24,6 +28,56 @@ std::string label(const std::vector<Override>& overrides, const std::string& pre
   }
   if (!rest && parts.size() == 1) return parts[0].substr(parts[0].find('=') + 1);  // one key: its value
   return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+// A column of runs_table: "name", "name@round" or "name@lastK", then an optional "%".
+struct Column {
+  std::string metric;
+  int64_t round = 0;  // > 0: the value at this round
+  int64_t last = 1;   // else the mean of the last `last` finite values
+  bool percent = false;
+};
+
+Column parse_column(const std::string& text) {
+  Column c;
+  std::string spec = text;
+  if (!spec.empty() && spec.back() == '%') {
+    c.percent = true;
+    spec.pop_back();
+  }
+  const size_t at = spec.find('@');
+  c.metric = spec.substr(0, at);
+  const auto positive = [&](const std::string& digits) {
+    FAX_CHECK(!digits.empty() && digits.size() < 10 && std::all_of(digits.begin(), digits.end(), ::isdigit) &&
+                  std::stoll(digits) > 0,
+              "table column '{}': expected METRIC, METRIC@ROUND or METRIC@lastK, with an optional % (e.g. "
+              "eval/accuracy@last4%)", text);
+    return std::stoll(digits);
+  };
+  if (at != std::string::npos) {
+    const std::string when = spec.substr(at + 1);
+    if (when.rfind("last", 0) == 0) c.last = positive(when.substr(4));
+    else c.round = positive(when);
+  }
+  FAX_CHECK(!c.metric.empty(), "table column '{}': names no metric", text);
+  return c;
+}
+
+double column_value(const RunLogReader& log, const std::vector<int64_t>& rounds, const Column& c) {
+  const double none = std::numeric_limits<double>::quiet_NaN();
+  if (!log.has("/metrics/" + c.metric)) return none;
+  const std::vector<double> values = log.metric(c.metric);
+  if (c.round == 0) return mean_of_last(values, c.last);
+  const auto it = std::find(rounds.begin(), rounds.end(), c.round);
+  return it == rounds.end() ? none : values[static_cast<size_t>(it - rounds.begin())];
+}
+
+// "8.2 s", "1 min 44 s".
+std::string duration(double seconds) {
+  if (seconds < 60) return fmt::format("{:.1f} s", seconds);
+  const auto whole = static_cast<int64_t>(std::llround(seconds));
+  if (whole < 3600) return fmt::format("{} min {} s", whole / 60, whole % 60);
+  return fmt::format("{} h {} min", whole / 3600, (whole % 3600 + 30) / 60);
 }
 
 // Labels in order of first appearance.
@@ -76,6 +130,52 @@ std::string sweep_table(const SweepIndex& index, const std::string& rows, const 
       out += " |";
     }
     out += "\n";
+  }
+  return out;
+}
+
+SweepIndex select_trials(const SweepIndex& index, const std::vector<std::string>& where) {
+  SweepIndex out = index;
+  out.trials.clear();
+  std::vector<Override> wanted;
+  for (const std::string& w : where) {
+    const size_t eq = w.find('=');
+    FAX_CHECK(eq != std::string::npos && eq > 0, "--where {}: expected KEY=VALUE", w);
+    wanted.emplace_back(w.substr(0, eq), w.substr(eq + 1));
+  }
+  for (const TrialRecord& t : index.trials) {
+    const bool all = std::all_of(wanted.begin(), wanted.end(), [&](const Override& o) {
+      return std::find(t.overrides.begin(), t.overrides.end(), o) != t.overrides.end();
+    });
+    if (all) out.trials.push_back(t);
+  }
+  FAX_CHECK(!out.trials.empty() || wanted.empty(), "--where {}: no trial of the sweep has these settings",
+            fmt::join(where, " "));
+  return out;
+}
+
+std::string runs_table(const std::vector<std::string>& logs, const std::vector<std::string>& columns) {
+  std::vector<Column> parsed;
+  for (const std::string& c : columns) parsed.push_back(parse_column(c));
+  std::string out = fmt::format("| run | rounds | {} | time in rounds |\n|---|---|", fmt::join(columns, " | "));
+  for (size_t c = 0; c < columns.size(); ++c) out += "---|";
+  out += "---|\n";
+  for (const std::string& path : logs) {
+    const RunLogReader log(path);
+    const std::vector<int64_t> rounds = log.rounds();
+    out += fmt::format("| {} | {} |", std::filesystem::path(path).stem().string(), rounds.empty() ? 0 : rounds.back());
+    for (const Column& c : parsed) {
+      const double v = column_value(log, rounds, c);
+      if (!std::isfinite(v)) out += " - |";
+      else if (c.percent) out += fmt::format(" {:.1f}% |", 100 * v);
+      else out += fmt::format(" {:.4g} |", v);
+    }
+    double seconds = 0;
+    if (log.has("/metrics/time/round_s")) {
+      for (double t : log.metric("time/round_s"))
+        if (std::isfinite(t)) seconds += t;
+    }
+    out += " " + duration(seconds) + " |\n";
   }
   return out;
 }

@@ -143,4 +143,14 @@ int64_t best_trial(const SweepIndex& index);
 /// mu) shows its best setting, tuned as the index's mode says, and names it. "-" for no result.
 std::string sweep_table(const SweepIndex& index, const std::string& rows, const std::string& cols, double scale);
 
+/// The index with only the trials whose overrides include every `key=value` of `where`.
+SweepIndex select_trials(const SweepIndex& index, const std::vector<std::string>& where);
+
+/// Run logs as a Markdown table: a row per log (its file name without .h5), its last round, a
+/// column per entry of `columns`, and the time its rounds took. A column is a metric's last finite
+/// value ("eval/accuracy"), its value at a round ("eval/accuracy@75"), or the mean of its last k
+/// finite values ("eval/accuracy@last4"); a trailing "%" shows it times 100 as a percentage.
+/// "-" where a log has no such value.
+std::string runs_table(const std::vector<std::string>& logs, const std::vector<std::string>& columns);
+
 }  // namespace fax
