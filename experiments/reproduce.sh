@@ -90,12 +90,16 @@ if ((sweeps)); then
   done
   echo
   echo "## FedAvg vs FedAdam vs FedYogi"
-  for a in fedavg adam yogi; do
+  for a in FedAvg FedAdam FedYogi; do
     where=(--where algorithm.name=fedavg)
-    [[ $a != fedavg ]] && where=(--where algorithm.name=fedopt --where "algorithm.server_optimizer=$a")
+    optimizer=${a#Fed}
+    [[ $a != FedAvg ]] && where=(--where algorithm.name=fedopt --where "algorithm.server_optimizer=${optimizer,,}")
+    echo
+    echo "$a: last-4 accuracy (%), rows client lr, columns server lr"
     table fedopt_sweep.sweep --rows algorithm.client_lr --cols algorithm.server_lr --scale 100 "${where[@]}"
   done
   echo
   "$fax_run" inspect fedopt_seeds.sweep/sweep.h5 || status=2
+  "$fax_run" plot fedopt_seeds.sweep/sweep.h5 -o fmnist_dir01_fedopt_seeds.svg || status=2
 fi
 exit $status

@@ -290,7 +290,7 @@ TEST(SweepTableTest, RowsColumnsSeedsAndTunedSettings) {
   EXPECT_EQ(sweep_table(index, "data", "algorithm.name", 100),
             "| data | fedavg | fedprox |\n"
             "|---|---|---|\n"
-            "| iid | 89.0 ± 1.4 | 91.0 ± 0.0 (n=1) (mu=0.01) |\n"
+            "| iid | 89.0 ± 1.4 | 91.0 (n=1) (mu=0.01) |\n"
             "| partition=label_quantity, labels_per_client=2 | 72.0 ± 2.8 | - |\n");
   EXPECT_EQ(test::error_of([&] { sweep_table(index, "data", "data", 1); }),
             "a table needs two different keys for rows and columns");

@@ -124,7 +124,9 @@ std::string sweep_table(const SweepIndex& index, const std::string& rows, const 
         continue;
       }
       const Cell& cell = it->second;
-      out += fmt::format(" {:.1f} ± {:.1f}", cell.best->mean * scale, cell.best->std * scale);
+      // One trial has no spread to show.
+      out += cell.best->trials.size() > 1 ? fmt::format(" {:.1f} ± {:.1f}", cell.best->mean * scale, cell.best->std * scale)
+                                          : fmt::format(" {:.1f}", cell.best->mean * scale);
       if (cell.best->trials.size() < most) out += fmt::format(" (n={})", cell.best->trials.size());
       if (cell.settings > 1) out += fmt::format(" ({})", cell.variant);
       out += " |";

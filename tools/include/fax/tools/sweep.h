@@ -138,7 +138,8 @@ int64_t best_trial(const SweepIndex& index);
 
 /// The sweep's results as a Markdown table: a row per value of the overrides under `rows` (a key,
 /// or a prefix such as "data" for every data.* key), a column per value of those under `cols`; a
-/// cell holds the mean +- sample std over seeds of the index's metric (times `scale`), and "(n=k)"
+/// cell holds the mean +- sample std over seeds of the index's metric (times `scale`; the value
+/// alone for one trial), and "(n=k)"
 /// when it has fewer seeds than the fullest cell. A cell whose trials differ in other keys (FedProx's
 /// mu) shows its best setting, tuned as the index's mode says, and names it. "-" for no result.
 std::string sweep_table(const SweepIndex& index, const std::string& rows, const std::string& cols, double scale);
