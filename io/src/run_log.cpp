@@ -244,7 +244,7 @@ void RunLog::append_clients(const at::Tensor& ids, const std::vector<std::pair<s
   }
 }
 
-void RunLog::checkpoint(int64_t round, const TensorTree& state) {
+void RunLog::checkpoint(int64_t round, const TensorTree& state, int64_t keep) {
   Impl& m = *impl_;
   std::error_code ec;
   fs::create_directories(checkpoint_dir(path_), ec);
@@ -261,6 +261,10 @@ void RunLog::checkpoint(int64_t round, const TensorTree& state) {
   });
   if (std::find(m.checkpoints.begin(), m.checkpoints.end(), round) == m.checkpoints.end()) {
     m.checkpoints.push_back(round);
+  }
+  if (keep > 0 && static_cast<int64_t>(m.checkpoints.size()) > keep) {
+    m.checkpoints.erase(m.checkpoints.begin(), m.checkpoints.end() - keep);
+    m.collect_garbage = true;
   }
 }
 
@@ -284,6 +288,13 @@ at::Tensor read_checked(const h5::File& file, const std::string& name, at::Scala
 }  // namespace
 
 void check_replaceable_run_log(const std::string& path) {
+  // A run's garbage collection removes unlinked files named like its checkpoints: a log under
+  // such a name could be taken for one.
+  const std::string name = fs::path(path).filename().string();
+  const bool checkpoint_name = name.size() >= 17 && name.rfind("round-", 0) == 0 &&
+                               name.find_first_not_of("0123456789", 6) == 14 && name.compare(name.size() - 3, 3, ".h5") == 0;
+  FAX_CHECK(!checkpoint_name, "{}: is named like a checkpoint file (round-<8 digits>-<run id>.h5), which fax may remove "
+            "as a leftover; choose another output name", path);
   std::error_code ec;
   if (!fs::exists(path, ec)) return;
   bool run_log = false;

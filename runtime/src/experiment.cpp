@@ -56,6 +56,9 @@ Schema experiment_schema() {
   s.add(bool_key("logging.per_client", "false", "log per-client metrics (round x cohort) under /clients"));
   s.add(int_key("logging.checkpoint_every", "10",
                 "checkpoint the whole state every K rounds and after the last (fax-run resume starts there); 0: last only", 0));
+  s.add(int_key("logging.keep_checkpoints", "3",
+                "keep the newest K checkpoints; older files are removed once the log no longer links them; 0: keep all",
+                0));
   return s;
 }
 
@@ -232,6 +235,7 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
   const int64_t cohort_size = config_.get_int("cohort.size");
   const int64_t eval_every = config_.get_int("logging.eval_every");
   const int64_t checkpoint_every = config_.get_int("logging.checkpoint_every");
+  const int64_t keep_checkpoints = config_.get_int("logging.keep_checkpoints");
   const bool per_client = config_.get_bool("logging.per_client");
 
   RunResult result;
@@ -270,7 +274,7 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
     } catch (const Interrupted&) {
       result.state = before;
       client_states_.roll_back(states_before);
-      if (log != nullptr && r > checkpointed) log->checkpoint(r, checkpoint_tree(result.state, client_states_));
+      if (log != nullptr && r > checkpointed) log->checkpoint(r, checkpoint_tree(result.state, client_states_), keep_checkpoints);
       if (log != nullptr && r > checkpointed) log->commit();
       result.stopped = true;
       break;
@@ -287,7 +291,7 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
       // The checkpoint file is written first and linked by the append that commits the round: a
       // crash in between leaves a file no log links to, which a resume discards.
       if (stopping || due(checkpoint_every, completed, rounds)) {
-        log->checkpoint(completed, checkpoint_tree(result.state, client_states_));
+        log->checkpoint(completed, checkpoint_tree(result.state, client_states_), keep_checkpoints);
         checkpointed = completed;
       }
       log->append(completed, metrics);

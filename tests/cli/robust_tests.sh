@@ -50,7 +50,8 @@ case "$1" in
     # cause, and the log on disk is the last complete one (readable, resumable once there is room).
     small_disk "$WORK/disk" 400k
     run_expect 2 "(run\.h5|round-[0-9]+-[0-9a-f]+\.h5): cannot write: No space left on device; (the previous file is unchanged|nothing was written)$" -- \
-      "$FAX_RUN" run "$experiment" -q -o "$WORK/disk/run.h5" --set rounds=500 --set logging.checkpoint_every=1
+      "$FAX_RUN" run "$experiment" -q -o "$WORK/disk/run.h5" --set rounds=500 --set logging.checkpoint_every=1 \
+      --set logging.keep_checkpoints=0
     check_log "$WORK/disk/run.h5"
     ls -A "$WORK/disk" "$WORK/disk/run.h5.checkpoints" | grep -q '\.tmp-' && fail "temporary files left behind"
     run_expect 0 "" -- "$FAX_RUN" inspect "$WORK/disk/run.h5" --last 1
@@ -76,7 +77,8 @@ case "$1" in
     ;;
   second_writer)
     # A run on an -o whose run is still going is refused naming it, and touches none of its files.
-    "$FAX_RUN" run "$experiment" -q -o "$WORK/live.h5" --set rounds=100000 --set logging.checkpoint_every=1 &
+    "$FAX_RUN" run "$experiment" -q -o "$WORK/live.h5" --set rounds=100000 --set logging.checkpoint_every=1 \
+      --set logging.keep_checkpoints=0 &
     live=$!
     workers+=("$live")
     for _ in $(seq 1 300); do [[ -n $(ls "$WORK/live.h5.checkpoints" 2>/dev/null) ]] && break; sleep 0.1; done
@@ -89,8 +91,11 @@ case "$1" in
     run_expect 2 "live\.h5\.lock: exists and is not a fax run log" -- \
       "$FAX_RUN" run "$experiment" -q -o "$WORK/live.h5.lock" --set rounds=2
     checkpoint=$(ls "$WORK/live.h5.checkpoints" | head -1)
-    run_expect 2 "$checkpoint: exists and is not a fax run log" -- \
+    run_expect 2 "$checkpoint: is named like a checkpoint file" -- \
       "$FAX_RUN" run "$experiment" -q -o "$WORK/live.h5.checkpoints/$checkpoint" --set rounds=2
+    # Nor a new file under a checkpoint's name, which the live run's clean-up would take for its own.
+    run_expect 2 "round-00999999-0123456789abcdef\.h5: is named like a checkpoint file" -- \
+      "$FAX_RUN" run "$experiment" -q -o "$WORK/live.h5.checkpoints/round-00999999-0123456789abcdef.h5" --set rounds=2
     kill -TERM "$live"
     wait "$live"
     [[ $? -eq $((128 + 15)) ]] || fail "the live run did not stop cleanly"

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -55,6 +56,31 @@ TEST_F(RunLogTest, MetricsEnvConfigAndCheckpointsRoundTrip) {
   const TensorTree back = reader.checkpoint(3);
   EXPECT_TRUE(bitwise_equal(back, state)) << "names, order, dtypes or bytes changed";
   EXPECT_THROW(reader.checkpoint(4), Error);
+}
+
+// keep = 2: the log links the two newest checkpoints; an older file goes with the commit that
+// drops its link, not before (until then the log on disk still links it).
+TEST_F(RunLogTest, KeepsTheNewestCheckpoints) {
+  const std::string path = (dir / "run.h5").string();
+  const auto files = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(path + ".checkpoints")) names.push_back(e.path().filename());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  RunLog log(path, "", {});
+  for (int64_t r = 1; r <= 4; ++r) {
+    log.checkpoint(r, {{"params/w", at::full({2}, static_cast<double>(r))}}, 2);
+    if (r == 3) {
+      EXPECT_EQ(files().size(), 3u) << "round 1's file went before the log stopped linking it";
+    }
+    log.append(r, {});
+  }
+  const RunLogReader reader(path);
+  EXPECT_EQ(reader.checkpoint_rounds(), (std::vector<int64_t>{3, 4}));
+  const std::string id = reader.env("run_id");
+  EXPECT_EQ(files(), (std::vector<std::string>{RunLogReader::checkpoint_name(3, id), RunLogReader::checkpoint_name(4, id)}));
+  EXPECT_TRUE(at::equal(reader.checkpoint(4).at("params/w"), at::full({2}, 4.0)));
 }
 
 TEST_F(RunLogTest, PerClientRows) {

@@ -55,8 +55,10 @@ class RunLog {
   /// with the next append or commit).
   void append_clients(const at::Tensor& ids, const std::vector<std::pair<std::string, at::Tensor>>& values);
   /// Writes the state after `round` as a checkpoint file now; the log links it from the next
-  /// append or commit, so a round's metrics and its checkpoint appear in the log together.
-  void checkpoint(int64_t round, const TensorTree& state);
+  /// append or commit, so a round's metrics and its checkpoint appear in the log together. With
+  /// `keep` > 0 the log then links only the newest `keep` checkpoints, and the files of the others
+  /// are removed once that log is on disk (never before: a crash leaves the old log's files).
+  void checkpoint(int64_t round, const TensorTree& state, int64_t keep = 0);
   /// Adds (or replaces) an /env entry, written with the next commit.
   void set_env(const std::string& key, const std::string& value);
   /// Rewrites the file with everything added so far, then removes checkpoint files that neither
