@@ -1,9 +1,9 @@
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <limits>
 #include <map>
-#include <cctype>
 
 #include <fax/base/error.h>
 #include <fax/io/run_log.h>
