@@ -53,7 +53,7 @@ case "$1" in
       "$FAX_RUN" run "$experiment" -q -o "$WORK/disk/run.h5" --set rounds=500 --set logging.checkpoint_every=1 \
       --set logging.keep_checkpoints=0
     check_log "$WORK/disk/run.h5"
-    ls -A "$WORK/disk" "$WORK/disk/run.h5.checkpoints" | grep -q '\.tmp-' && fail "temporary files left behind"
+    ls -A "$WORK/disk" "$WORK/disk/run.h5.checkpoints" | grep '\.tmp-' >/dev/null && fail "temporary files left behind"
     run_expect 0 "" -- "$FAX_RUN" inspect "$WORK/disk/run.h5" --last 1
     run_expect 2 "No space left on device" -- "$FAX_RUN" resume "$WORK/disk/run.h5" -q
     check_log "$WORK/disk/run.h5"
@@ -252,7 +252,7 @@ PY
     # A library that crashes when loaded: listed as refused, the others still listed; a mistyped
     # name lists what is there without loading anything; running it names it.
     run_expect 0 "" -- "$FAX_RUN" plugins --plugin-dir "$BAD_PLUGIN_DIR"
-    grep -A1 "refused: .*fax_crash\.so" "$WORK/stdout" | grep -q "crashed while loading (signal 11" \
+    grep -A1 "refused: .*fax_crash\.so" "$WORK/stdout" | grep "crashed while loading (signal 11" >/dev/null \
       || fail "plugins does not report the crashing library: $(cat "$WORK/stdout")"
     grep -q "^fedavg " "$WORK/stdout" && grep -q "^throwing " "$WORK/stdout" || fail "a crashing plugin hid the others"
     run_expect 2 "algorithm plugin 'fedavgg' not found: .*available: .*crash.*fedavg" -- \
@@ -343,7 +343,8 @@ PY
     # Past the estimate (forced, and a small address space): running out of memory is one line, exit 2.
     # Not under AddressSanitizer, whose shadow memory needs more address space than any such limit
     # and whose allocator aborts on a failed allocation instead of reporting it.
-    if ldd "$FAX_RUN" | grep -q libasan; then
+    # (ldd's output captured whole: `ldd | grep -q` under pipefail fails when grep exits first.)
+    if [[ $(ldd "$FAX_RUN") == *libasan* ]]; then
       echo "skipped the out-of-memory step: AddressSanitizer build"
     else
       run_expect 2 "^fax-run: out of memory: .*the run needs more memory than this host gives it" -- \
