@@ -293,7 +293,7 @@ int sweep_command(const SweepOptions& options) {
   const std::string self = fs::read_symlink("/proc/self/exe").string();
   std::map<pid_t, Running> running;
   // Trials stopped part-way first (they hold a checkpoint), then launch_order's.
-  std::vector<size_t> order = launch_order(spec);
+  std::vector<size_t> order = launch_order(spec, trials.size());
   std::stable_partition(order.begin(), order.end(), [&](size_t i) {
     return index.trials[i].status == "pending" && readable_run_log(trial_path(index.trials[i].name, ".h5"));
   });

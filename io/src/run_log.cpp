@@ -62,6 +62,15 @@ struct RunLog::Impl {
 
 namespace {
 
+// What follows round-<8 digits> in a checkpoint file's name, before ".h5" ("-<run id>", or "" in
+// logs before run ids); nullopt when `name` is not named like a checkpoint file.
+std::optional<std::string> checkpoint_suffix(const std::string& name) {
+  if (name.size() < 17 || name.rfind("round-", 0) != 0 || name.find_first_not_of("0123456789", 6) != 14 ||
+      name.compare(name.size() - 3, 3, ".h5") != 0)
+    return std::nullopt;
+  return name.substr(14, name.size() - 17);
+}
+
 // Whether `name` is a checkpoint file of the run `run_id` ("" for logs before run ids), or a
 // temporary file of one that its writer did not finish.
 bool checkpoint_of(const std::string& name, const std::string& run_id) {
@@ -71,9 +80,7 @@ bool checkpoint_of(const std::string& name, const std::string& run_id) {
     if (tmp == std::string::npos) return false;
     base = base.substr(1, tmp - 1);
   }
-  const std::string suffix = run_id.empty() ? ".h5" : "-" + run_id + ".h5";
-  return base.size() == 14 + suffix.size() && base.rfind("round-", 0) == 0 &&
-         base.find_first_not_of("0123456789", 6) == 14 && base.compare(14, std::string::npos, suffix) == 0;
+  return checkpoint_suffix(base) == (run_id.empty() ? "" : "-" + run_id);
 }
 
 }  // namespace
@@ -291,9 +298,7 @@ void check_replaceable_run_log(const std::string& path) {
   // A run's garbage collection removes unlinked files named like its checkpoints: a log under
   // such a name could be taken for one.
   const std::string name = fs::path(path).filename().string();
-  const bool checkpoint_name = name.size() >= 17 && name.rfind("round-", 0) == 0 &&
-                               name.find_first_not_of("0123456789", 6) == 14 && name.compare(name.size() - 3, 3, ".h5") == 0;
-  FAX_CHECK(!checkpoint_name, "{}: is named like a checkpoint file (round-<8 digits>-<run id>.h5), which fax may remove "
+  FAX_CHECK(!checkpoint_suffix(name), "{}: is named like a checkpoint file (round-<8 digits>-<run id>.h5), which fax may remove "
             "as a leftover; choose another output name", path);
   std::error_code ec;
   if (!fs::exists(path, ec)) return;

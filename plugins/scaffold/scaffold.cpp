@@ -1,6 +1,8 @@
 // SCAFFOLD (Karimireddy et al. 2020), control variates "option II": each client corrects its local
-// gradient by c - c_i (server and client control variates); after K_i local steps at client lr
-// eta_l it sets c_i+ = c_i - c + (x - y_i) / (K_i eta_l). The server moves x by server_lr times the
+// steps by c - c_i (server and client control variates); after K_i local steps at client lr
+// eta_l it sets c_i+ = c_i - c + (x - y_i) / (K_i eta_l). With client momentum the correction is
+// added after the momentum step, as in the NIID-Bench code (Li et al. 2022): c_i then estimates
+// the momentum-amplified gradient, which through the velocity would be amplified once more. The server moves x by server_lr times the
 // mean client update and c by |S| / N times the mean change of the c_i. The c_i live in the
 // per-client state store and are saved in checkpoints.
 
@@ -41,15 +43,12 @@ class Scaffold final : public fax::Algorithm {
     const fax::TensorTree c = fax::unprefixed(state.extra, "control/");
     const fax::TensorTree zeros = fax::zeros_like(state.params);
     fax::ClientTraining training = training_;
-    // The correction (c - c_i) enters as the gradient of <c - c_i, w>; it needs no derivative, so
-    // the server's c can be read directly inside the client function.
+    // The correction (c - c_i) needs no derivative, so the server's c can be read directly inside
+    // the client function.
     training.customize = [&](const fax::ClientChunk& chunk, const fax::TensorTree&) {
-      const fax::TensorTree correction = fax::zip_map(ctx.client_states.gather(chunk, zeros), c,
-                                                      [](const at::Tensor& ci, const at::Tensor& cs) { return cs - ci; });
       fax::LocalSgdOptions options;
-      options.penalty = [correction](const fax::TensorTree& w) {
-        return fax::row_sums(fax::zip_map(correction, w, [](const at::Tensor& a, const at::Tensor& b) { return a * b; }));
-      };
+      options.correction = fax::zip_map(ctx.client_states.gather(chunk, zeros), c,
+                                        [](const at::Tensor& ci, const at::Tensor& cs) { return cs - ci; });
       return options;
     };
     // c_i+ = c_i - c + (x - y_i) / (K_i eta_l); returns the change c_i+ - c_i for the server.

@@ -795,6 +795,8 @@ PY
     done
     run_expect 2 "--where algorithm\.server_lr=9: no trial of the sweep has these settings" -- \
       "$FAX_RUN" table "$dir" --rows algorithm.client_lr --cols algorithm.server_lr --where algorithm.server_lr=9
+    run_expect 2 "--where algorithm\.server_lr: expected KEY=VALUE" -- \
+      "$FAX_RUN" table "$dir" --rows algorithm.client_lr --cols algorithm.server_lr --where algorithm.server_lr
     [[ -n $cut ]] || cut=trial-0008
     overrides=$("$PYTHON" - "$dir/sweep.h5" "$cut" <<'PY'
 import sys, h5py
@@ -885,6 +887,10 @@ PY
       "$FAX_RUN" table "$WORK/fmnist_fedavg.h5" --metric eval/accuracy@lastx
     run_expect 2 "fmnist_fedavg\.h5: --rows, --cols, --where and --scale are for a sweep" -- \
       "$FAX_RUN" table "$WORK/fmnist_fedavg.h5" --rows data
+    # An HDF5 file that is neither a run log nor a sweep's index: one line naming it.
+    "$PYTHON" -c 'import sys, h5py; h5py.File(sys.argv[1], "w")["x"] = [1.0]' "$WORK/other.h5"
+    run_expect 2 "other\.h5: not a fax run log \(no /config\)" -- "$FAX_RUN" table "$WORK/fmnist_fedavg.h5" "$WORK/other.h5"
+    [[ -s $WORK/stdout ]] && fail "a partial table was printed: $(cat "$WORK/stdout")"
     # A miss exits 1 with one line naming the metric, what it got and what was expected.
     run_expect 1 "synthetic_fedsgd\.h5: check failed: eval/accuracy at round 20: [0-9.]*, expected 0\.79431 \+- 0\.005; eval/loss at round 20: .* \(expected results recorded on fax .*\)" -- \
       "$FAX_RUN" run "$FAX_SOURCE_DIR/experiments/synthetic_fedsgd.yaml" --check -q -o "$WORK/synthetic_fedsgd.h5" --set rounds=20

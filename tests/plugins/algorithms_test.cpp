@@ -170,38 +170,50 @@ TEST_F(AlgorithmsTest, FedProxMatchesAHandComputedRound) {
 }
 
 // SCAFFOLD, option II, two rounds over the whole population (|S| / N = 1): the second round's
-// local steps are corrected by c - c_i.
+// local steps are corrected by c - c_i. With client momentum (rho) the correction is added after
+// the momentum step, outside the velocity: v = g (then rho v + g), w -= lr (v + c - c_i).
 TEST_F(AlgorithmsTest, ScaffoldMatchesHandComputedRounds) {
   const double lr = 0.3, server_lr = 0.9;
-  const int steps = 2;
-  const ServerState fax_state =
-      run_plugin("scaffold", {"client_lr=0.3", "local_epochs=2", "batch_size=0", "server_lr=0.9"}, 2);
-  at::Tensor w = initial.at("w"), b = initial.at("b");
-  at::Tensor cw = at::zeros_like(w), cb = at::zeros_like(b);
-  std::vector<at::Tensor> ciw(3, at::zeros_like(w)), cib(3, at::zeros_like(b));
-  for (int round = 0; round < 2; ++round) {
-    at::Tensor dw = at::zeros_like(w), db = at::zeros_like(b), dcw = at::zeros_like(w), dcb = at::zeros_like(b);
-    for (int64_t i = 0; i < 3; ++i) {
-      const at::Tensor corr_w = cw - ciw[i], corr_b = cb - cib[i];
-      const auto [yw, yb] = local(i, w, b, steps, lr, [&](const at::Tensor& pw, const at::Tensor& pb) {
-        return (corr_w * pw).sum() + (corr_b * pb).sum();
-      });
-      const at::Tensor new_w = ciw[i] - cw + (w - yw) / (steps * lr);
-      const at::Tensor new_b = cib[i] - cb + (b - yb) / (steps * lr);
-      dcw += new_w - ciw[i];
-      dcb += new_b - cib[i];
-      ciw[i] = new_w;
-      cib[i] = new_b;
-      dw += w - yw;
-      db += b - yb;
+  // Three steps: with two, a correction inside the velocity would move each client's last step by
+  // lr rho (c - c_i), which the mean over all clients cancels.
+  const int steps = 3;
+  for (const double rho : {0.0, 0.5}) {
+    SCOPED_TRACE(rho);
+    const ServerState fax_state = run_plugin(
+        "scaffold", {"client_lr=0.3", "local_epochs=3", "batch_size=0", "server_lr=0.9", fmt::format("client_momentum={}", rho)}, 2);
+    at::Tensor w = initial.at("w"), b = initial.at("b");
+    at::Tensor cw = at::zeros_like(w), cb = at::zeros_like(b);
+    std::vector<at::Tensor> ciw(3, at::zeros_like(w)), cib(3, at::zeros_like(b));
+    for (int round = 0; round < 2; ++round) {
+      at::Tensor dw = at::zeros_like(w), db = at::zeros_like(b), dcw = at::zeros_like(w), dcb = at::zeros_like(b);
+      for (int64_t i = 0; i < 3; ++i) {
+        at::Tensor yw = w.clone(), yb = b.clone(), vw, vb;
+        for (int t = 0; t < steps; ++t) {
+          const at::Tensor pw = yw.detach().requires_grad_(true), pb = yb.detach().requires_grad_(true);
+          const auto g = torch::autograd::grad({client_loss(i, pw, pb)}, {pw, pb});
+          vw = t == 0 ? g[0] : rho * vw + g[0];
+          vb = t == 0 ? g[1] : rho * vb + g[1];
+          yw = yw - lr * (vw + cw - ciw[i]);
+          yb = yb - lr * (vb + cb - cib[i]);
+        }
+        const at::Tensor new_w = ciw[i] - cw + (w - yw) / (steps * lr);
+        const at::Tensor new_b = cib[i] - cb + (b - yb) / (steps * lr);
+        dcw += new_w - ciw[i];
+        dcb += new_b - cib[i];
+        ciw[i] = new_w;
+        cib[i] = new_b;
+        dw += w - yw;
+        db += b - yb;
+      }
+      w = w - server_lr * dw / 3.0;
+      b = b - server_lr * db / 3.0;
+      cw = cw + dcw / 3.0;
+      cb = cb + dcb / 3.0;
     }
-    w = w - server_lr * dw / 3.0;
-    b = b - server_lr * db / 3.0;
-    cw = cw + dcw / 3.0;
-    cb = cb + dcb / 3.0;
+    EXPECT_TRUE(at::allclose(fax_state.params.at("w"), w, 1e-9, 1e-11)) << fax_state.params.at("w") << w;
+    EXPECT_TRUE(at::allclose(fax_state.params.at("b"), b, 1e-9, 1e-11));
+    EXPECT_TRUE(at::allclose(fax_state.extra.at("control/w"), cw, 1e-9, 1e-11)) << "server control variate";
   }
-  EXPECT_TRUE(at::allclose(fax_state.params.at("w"), w, 1e-9, 1e-11)) << fax_state.params.at("w") << w;
-  EXPECT_TRUE(at::allclose(fax_state.extra.at("control/w"), cw, 1e-9, 1e-11)) << "server control variate";
 }
 
 // FedNova with client momentum over clients that take different numbers of local steps: each

@@ -49,9 +49,9 @@ sweep:
     algorithm.client_lr: [0.01, 0.1, 1]
   seeds: [7, 8]
 )", "exp.yaml");
-  EXPECT_EQ(launch_order(spec), (std::vector<size_t>{0, 2, 4, 1, 3, 5}));
+  EXPECT_EQ(launch_order(spec, expand(spec).size()), (std::vector<size_t>{0, 2, 4, 1, 3, 5}));
   const SweepSpec unseeded = SweepSpec::from_yaml("sweep:\n  grid:\n    algorithm.client_lr: [0.01, 0.1]\n", "exp.yaml");
-  EXPECT_EQ(launch_order(unseeded), (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(launch_order(unseeded, expand(unseeded).size()), (std::vector<size_t>{0, 1}));
 }
 
 TEST(SweepSpecTest, AGridValueMayBeAMappingOfSettingsThatGoTogether) {

@@ -315,9 +315,9 @@ std::vector<Trial> expand(const SweepSpec& spec) {
   return trials;
 }
 
-std::vector<size_t> launch_order(const SweepSpec& spec) {
+std::vector<size_t> launch_order(const SweepSpec& spec, size_t trials) {
   const size_t seeds = std::max<size_t>(1, spec.seeds.size());
-  const size_t settings = expand(spec).size() / seeds;
+  const size_t settings = trials / seeds;
   std::vector<size_t> order;
   for (size_t s = 0; s < seeds; ++s)
     for (size_t p = 0; p < settings; ++p) order.push_back(p * seeds + s);

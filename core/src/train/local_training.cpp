@@ -328,7 +328,8 @@ LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const
   const at::Tensor step_size = lr.dim() == 0 ? lr : lr.view({k});
   const std::optional<InputLayer> layer = model.input_layer();
   const bool plain_sgd = options.momentum == 0.0 && options.weight_decay == 0.0;
-  if (options.factor_input_layer && !options.create_graph && !options.penalty && plain_sgd && layer)
+  if (options.factor_input_layer && !options.create_graph && !options.penalty && options.correction.empty() &&
+      plain_sgd && layer)
     return factored_local_sgd(model, *layer, batches, start, step_size, options.defer_input_layer);
   // Without create_graph the steps update a copy of `start` in place; with it they stay connected
   // to `start` (and to the rate), and a start that carries no graph gets fresh leaves to differentiate.
@@ -338,6 +339,14 @@ LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const
     if (model.is_buffer(name)) params.set(name, t.detach().clone());
     else if (!options.create_graph) params.set(name, t.detach().clone().requires_grad_(true));
     else params.set(name, t.requires_grad() ? t : t.detach().requires_grad_(true));
+  }
+  std::vector<at::Tensor> correction;  // per trained leaf, when options.correction is set
+  if (!options.correction.empty()) {
+    for (const auto& [name, t] : params) {
+      if (model.is_buffer(name)) continue;
+      FAX_CHECK(options.correction.contains(name), "{}: the local steps' correction has no leaf {}", model.describe(), name);
+      correction.push_back(options.correction.at(name));
+    }
   }
   StepTracker tracker(model, batches, step_size);
   std::vector<at::Tensor> velocity;  // per leaf, with momentum
@@ -349,6 +358,8 @@ LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const
     const std::vector<at::Tensor> trained = trained_leaves(model, params);
     std::vector<at::Tensor> grads = client_gradients(objective, trained, options.create_graph);
     if (!plain_sgd) grads = momentum_directions(trained, std::move(grads), velocity, options);
+    // Out of place: with momentum, grads are the velocity buffers.
+    for (size_t j = 0; j < correction.size(); ++j) grads[j] = grads[j] + correction[j];
     if (!options.create_graph) {
       sgd_in_place(trained, grads, step.rates);
       continue;

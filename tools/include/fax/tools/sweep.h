@@ -75,9 +75,10 @@ struct Trial {
 /// The trials of a sweep, in a fixed order: grid points, then random samples, then seeds.
 std::vector<Trial> expand(const SweepSpec& spec);
 
-/// The order a sweep runs expand(spec)'s trials in: every setting's first seed, then every
-/// setting's second, ...; so a sweep stopped part-way has covered as many settings as it could.
-std::vector<size_t> launch_order(const SweepSpec& spec);
+/// The order a sweep runs expand(spec)'s trials (`trials` of them) in: every setting's first seed,
+/// then every setting's second, ...; so a sweep stopped part-way has covered as many settings as
+/// it could.
+std::vector<size_t> launch_order(const SweepSpec& spec, size_t trials);
 
 /// What the sweep index records of a trial.
 struct TrialRecord {
