@@ -13,6 +13,7 @@
 
 #include <fax/base/error.h>
 #include <fax/runtime/plugin_loader.h>
+#include <fax/train/aggregation.h>
 
 #include "commands.h"
 #include "options.h"
@@ -22,18 +23,22 @@ namespace {
 
 constexpr double kProbeSeconds = 60;
 
-// The listing of one loaded plugin: kind, versions, description, keys.
-template <class Entry>
-void print_plugin(const Entry& p, const std::string& section, const std::string& kind) {
-  std::printf("\n%s  (%s; fax %s, LibTorch %s)  %s\n  %s\n", p.name.c_str(), kind.c_str(), p.fax_version.c_str(),
-              p.torch_version.c_str(), p.path.c_str(), p.description.c_str());
-  for (const auto& key : p.keys) {
+void print_keys(const std::vector<ConfigKey>& keys, const std::string& section) {
+  for (const auto& key : keys) {
     const std::string constraints = describe_constraints(key);
     const std::string name = section + "." + key.name;
     std::printf("  %-28s %-8s = %-8s %s%s\n", name.c_str(), to_string(key.type),
                 key.default_value.c_str(), key.doc.c_str(),
                 constraints.empty() ? "" : (" (" + constraints + ")").c_str());
   }
+}
+
+// The listing of one loaded plugin: kind, versions, description, keys.
+template <class Entry>
+void print_plugin(const Entry& p, const std::string& section, const std::string& kind) {
+  std::printf("\n%s  (%s; fax %s, LibTorch %s)  %s\n  %s\n", p.name.c_str(), kind.c_str(), p.fax_version.c_str(),
+              p.torch_version.c_str(), p.path.c_str(), p.description.c_str());
+  print_keys(p.keys, section);
 }
 
 struct Probe {
@@ -119,6 +124,12 @@ int plugins_command(const PluginsOptions& options) {
       std::printf("\nrefused: %s\n  %s\n", path.c_str(), refusal(p).c_str());
     }
     std::fflush(stdout);
+  }
+  std::printf("\naggregation stages (built in; aggregation: [{clip: {norm: 1.0}}, {gaussian: {}}], in this order of "
+              "roles: client, aggregator, server):\n");
+  for (const auto& stage : aggregation_stages()) {
+    std::printf("\n%s  (%s stage)\n  %s\n", stage.name.c_str(), stage.role.c_str(), stage.description.c_str());
+    print_keys(stage.keys, "aggregation." + stage.name);
   }
   return 0;
 }

@@ -3,6 +3,7 @@
 #include <fax/base/error.h>
 #include <fax/io/config_yaml.h>
 #include <fax/runtime/experiment.h>
+#include <fax/train/aggregation.h>
 
 namespace fax::cli {
 namespace {
@@ -68,6 +69,9 @@ ExperimentSetup resolve_experiment(Config config, const PluginLoader& loader) {
   schema.add_all(setup.dataset->keys, "data");
   schema.add_all(setup.model->keys, "model");
   schema.add_all(setup.plugin->keys, "algorithm");
+  for (ConfigKey& key : aggregation_keys(setup.config.raw("aggregation.stages", ""),
+                                         setup.config.raw_origin("aggregation.stages", "aggregation.stages").str()))
+    schema.add(std::move(key));
   setup.config.resolve(schema);
   return setup;
 }

@@ -17,6 +17,39 @@ ConfigOrigin origin_of(const std::string& source, const YAML::Mark& mark) {
   return {source, mark.line + 1, mark.column + 1};
 }
 
+void flatten(const YAML::Node& node, const std::string& prefix, const std::string& source,
+             std::vector<Config::Written>& out, std::unordered_map<std::string, ConfigOrigin>& seen);
+
+// The aggregation pipeline as a list, [{clip: {norm: 1}}, {gaussian: {...}}, median]: its stage
+// names in order become aggregation.stages ("clip,gaussian"), their settings aggregation.<stage>.*.
+void flatten_stages(const YAML::Node& list, const std::string& source, const ConfigOrigin& where,
+                    std::vector<Config::Written>& out, std::unordered_map<std::string, ConfigOrigin>& seen) {
+  std::string stages;
+  for (const YAML::Node& item : list) {
+    const ConfigOrigin at = origin_of(source, item.Mark());
+    std::string stage;
+    if (item.IsScalar()) {
+      stage = item.Scalar();
+    } else {
+      FAX_CHECK(item.IsMap() && item.size() == 1,
+                "{}: an aggregation stage is a name or a mapping of one name to its settings, e.g. {{clip: {{norm: 1.0}}}}",
+                at.str());
+      const auto entry = *item.begin();
+      FAX_CHECK(entry.first.IsScalar(), "{}: a stage's name must be a plain name", at.str());
+      stage = entry.first.Scalar();
+      FAX_CHECK(entry.second.IsMap() || entry.second.IsNull(),
+                "{}: the settings of aggregation stage '{}' are a mapping of keys to values", at.str(), stage);
+      if (entry.second.IsMap()) flatten(entry.second, "aggregation." + stage, source, out, seen);
+    }
+    FAX_CHECK(!stage.empty() && stage.find_first_of(",. ") == std::string::npos,
+              "{}: '{}' is not an aggregation stage name", at.str(), stage);
+    stages += (stages.empty() ? "" : ",") + stage;
+  }
+  const auto [first, inserted] = seen.emplace("aggregation.stages", where);
+  FAX_CHECK(inserted, "{}: duplicate key 'aggregation.stages' (first set at {})", where.str(), first->second.str());
+  out.push_back({"aggregation.stages", stages, where, where});
+}
+
 // Flattens a YAML map into dotted names, rejecting what the schema cannot hold. `seen` maps each
 // name to where it was set, so a duplicate is found in constant time.
 void flatten(const YAML::Node& node, const std::string& prefix, const std::string& source,
@@ -36,6 +69,8 @@ void flatten(const YAML::Node& node, const std::string& prefix, const std::strin
       out.push_back({name, value.Scalar(), origin_of(source, value.Mark()), where});
     } else if (value.IsNull()) {
       throw Error(fmt::format("{}: key '{}' has no value", where.str(), name));
+    } else if (name == "aggregation") {
+      flatten_stages(value, source, where, out, seen);
     } else {
       throw Error(fmt::format("{}: key '{}' holds a list; it takes a single value", where.str(), name));
     }

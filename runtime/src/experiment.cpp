@@ -51,6 +51,7 @@ Schema experiment_schema() {
                  "local SGD steps the first dense layer of mlp, softmax_regression and cnn in factored form: large "
                  "shared matrix products instead of small per-client ones and no per-client weight updates (same "
                  "maths, other rounding); false: plain autograd steps"));
+  for (ConfigKey& key : aggregation_schema()) s.add(std::move(key));
   s.add(int_key("logging.eval_every", "10", "evaluate on the test split every K rounds (and after the last); 0: last only", 0));
   s.add(int_key("logging.progress_every", "10", "when stdout is not a terminal, print a progress line every K rounds", 1));
   s.add(bool_key("logging.per_client", "false", "log per-client metrics (round x cohort) under /clients"));
@@ -100,7 +101,8 @@ Experiment::Experiment(const Config& config, Algorithm& algorithm, const Model& 
       model_(model),
       data_(data),
       remote_(remote),
-      mesh_options_(fax::mesh_options(config)) {
+      mesh_options_(fax::mesh_options(config)),
+      aggregation_(config, data.num_clients(), static_cast<uint64_t>(config.get_int("seed"))) {
   // execution.vectorize 0 leaves the chunk to the model: a whole logical shard for batched models.
   if (mesh_options_.vectorize == 0) mesh_options_.vectorize = model.preferred_chunk();
   // Checked before any round (and before a run log is written).
@@ -169,8 +171,13 @@ Server<TensorTree> Experiment::program(Program& p, TaskKind kind, const TensorTr
   ServerState state{clone(unprefixed(input, "params/")), clone(unprefixed(input, "extra/"))};
   const NonFinite nonfinite = config_.get_string("execution.nonfinite") == "drop" ? NonFinite::drop : NonFinite::stop;
   RoundContext ctx{p, model_, data_, p.round(), client_states_, nonfinite,
-                   config_.get_bool("execution.factor_input_layer")};
+                   config_.get_bool("execution.factor_input_layer"), &aggregation_};
   RoundMetrics metrics = algorithm_.round(state, ctx);
+  FAX_CHECK(aggregation_.plain() || ctx.aggregated,
+            "{}: algorithm {} combines its clients' updates itself, not through mean_client_update, so the "
+            "aggregation stages ({}) and clients.byzantine would do nothing; they apply to fedavg, fedopt, fedprox "
+            "and hypergrad_fedavg", config_.origin("algorithm.name").str(), config_.get_string("algorithm.name"),
+            aggregation_.describe());
   // Everything the coordinator needs travels as one server value.
   TensorTree out = join({prefixed(state.params, "params/"), prefixed(state.extra, "extra/"),
                          prefixed(metrics.server, "metrics/")});

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include <fax/base/error.h>
+#include <fax/train/aggregation.h>
 #include <fax/runtime/experiment.h>
 
 namespace fax {
@@ -118,7 +119,12 @@ ResourceEstimate estimate_resources(const Config& config, int64_t data_bytes, co
   const int64_t per_client = add({mul({kClientCopies, parameter_bytes}), mul({batch, kClientCopies, activations, 4}),
                                   mul({epochs, batch, 12})});
   const int64_t evaluation = mul({kEvalBatch, activations, 4, 2});
-  e.chunk_bytes = mul({executors, add({mul({chunk, per_client}), evaluation})});
+  // A robust aggregator gathers every client's update to every executor ([cohort, P]), and sorts a
+  // float64 copy: about 5 float32 copies of the cohort's updates each.
+  const int64_t gathered = config.has("aggregation.stages") && aggregation_gathers(config.get_string("aggregation.stages"))
+                               ? mul({cohort, parameter_bytes, 5})
+                               : 0;
+  e.chunk_bytes = mul({executors, add({mul({chunk, per_client}), evaluation, gathered})});
   return e;
 }
 

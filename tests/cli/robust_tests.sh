@@ -331,6 +331,12 @@ PY
         timeout 20 "$FAX_RUN" run "$experiment" -q -o "$WORK/big.h5" --set rounds=1 "${extra[@]}"
     done
     [[ -e $WORK/big.h5 ]] && fail "a refused run wrote its log"
+    # A robust aggregator gathers the whole cohort's updates to every executor: 100 clients of a
+    # 14M-parameter MLP (one client per chunk) are counted, and refused.
+    { cat "$experiment"; echo "aggregation: [median]"; } > "$WORK/median.yaml"
+    run_expect 2 "the run needs .* of memory \(data .*, model .*, local training .*\), but this host has .* available" -- \
+      timeout 20 "$FAX_RUN" run "$WORK/median.yaml" -q -o "$WORK/big.h5" --set rounds=1 --set model.name=mlp \
+      --set model.hidden=200000 --set execution.vectorize=1 --set cohort.size=100 --set data.clients=100
     run_expect 2 "the run would start 100000 threads \(execution.executors x execution.threads\) on a host with [0-9]+ hardware threads" -- \
       timeout 20 "$FAX_RUN" run "$experiment" -q -o "$WORK/threads.h5" --set execution.threads=100000
     # --force runs it (80 executor threads are plenty for 80 one-client shards) and the log says so.

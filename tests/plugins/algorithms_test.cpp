@@ -14,6 +14,11 @@
 namespace fax {
 namespace {
 
+std::vector<std::string> join_settings(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 class AlgorithmsTest : public test::SeededTest {
  protected:
   void SetUp() override {
@@ -38,11 +43,17 @@ class AlgorithmsTest : public test::SeededTest {
     ServerState state = algorithm->init(config, *model, initial);
     Mesh mesh({2, 3});
     ClientStates states;
-    const Cohort cohort({0, 1, 2}, {4, 7, 5});
+    std::vector<int64_t> ids;
+    std::vector<double> sizes;
+    for (size_t i = 0; i < clients.size(); ++i) {
+      ids.push_back(static_cast<int64_t>(i));
+      sizes.push_back(static_cast<double>(clients[i].size()));
+    }
+    const Cohort cohort(ids, sizes);
     for (int r = 0; r < rounds; ++r) {
       const auto out = mesh.run(cohort, [&](Program& p) {
         ServerState s{clone(state.params), clone(state.extra)};
-        RoundContext ctx{p, *model, *data, r, states, nonfinite, factor_input_layer};
+        RoundContext ctx{p, *model, *data, r, states, nonfinite, factor_input_layer, aggregation.get()};
         const RoundMetrics m = algorithm->round(s, ctx);
         return Server<TensorTree>(join({prefixed(s.params, "params/"), prefixed(s.extra, "extra/"),
                                         prefixed(detach(m.server), "metrics/")}));
@@ -51,6 +62,25 @@ class AlgorithmsTest : public test::SeededTest {
       if (last_metrics != nullptr) *last_metrics = unprefixed(out, "metrics/");
     }
     return state;
+  }
+
+  // Rounds combine the updates with the aggregation pipeline `stages` and `settings`
+  // ("aggregation.clip.norm=0.5", "clients.byzantine.fraction=0.4"), seed 0, as fax-run does.
+  void use_aggregation(const std::string& stages, const std::vector<std::string>& settings = {}) {
+    Schema schema;
+    for (ConfigKey& k : aggregation_schema()) schema.add(std::move(k));
+    for (ConfigKey& k : aggregation_keys(stages, "test")) schema.add(std::move(k));
+    Config config;
+    apply_override(config, "aggregation.stages=" + stages);
+    for (const auto& s : settings) apply_override(config, s);
+    config.resolve(schema);
+    aggregation = std::make_unique<Aggregation>(config, static_cast<int64_t>(clients.size()), 0);
+  }
+
+  // Client i's update w0 - y_i after `steps` full-batch SGD steps from `initial`, flattened [P].
+  at::Tensor flat_update(int64_t i, int steps, double lr) const {
+    const auto [cw, cb] = local(i, initial.at("w"), initial.at("b"), steps, lr);
+    return at::cat({(initial.at("w") - cw).flatten(), initial.at("b") - cb});
   }
 
   // Client i's model after `steps` full-batch SGD steps from (w, b); `extra_grad(w, b)` adds to
@@ -98,6 +128,7 @@ class AlgorithmsTest : public test::SeededTest {
   std::unique_ptr<InMemoryDataset> data;
   TensorTree initial;
   std::unique_ptr<Model> model = std::make_unique<SoftmaxRegression>(3, 2);
+  std::unique_ptr<Aggregation> aggregation;
   NonFinite nonfinite = NonFinite::stop;
   bool factor_input_layer = true;
 
@@ -343,6 +374,143 @@ TEST_F(AlgorithmsTest, DpFedAvgNoiseHasTheConfiguredScale) {
   EXPECT_NEAR(noise.mean().item<double>(), 0.0, 0.08);
   // Sampling rate 3/3 = 1, one round: the Gaussian mechanism's epsilon at delta 1e-5.
   EXPECT_NEAR(metrics.at("privacy/epsilon").item<double>(), sgm_epsilon(1.0, 2.0, 1, 1e-5).epsilon, 1e-12);
+}
+
+// The pipeline clip, gaussian under FedAvg is DP-FedAvg with a fixed clip: the clipped updates
+// summed unweighted, the same noise stream on the sum, divided by the cohort size.
+TEST_F(AlgorithmsTest, ClipAndGaussianStagesAreDpFedAvg) {
+  const double clip = 0.05, z = 0.7;
+  use_aggregation("clip,gaussian", {"aggregation.clip.norm=0.05", "aggregation.gaussian.noise_multiplier=0.7"});
+  TensorTree metrics;
+  const ServerState piped = run_plugin("fedavg", {"client_lr=0.5", "batch_size=0"}, 1, &metrics);
+  aggregation.reset();
+  const ServerState dp = run_plugin("dp_fedavg", {"client_lr=0.5", "batch_size=0", "clip_norm=0.05", "noise_multiplier=0.7"}, 1);
+  for (const auto& [name, t] : dp.params) EXPECT_TRUE(at::allclose(piped.params.at(name), t, 1e-12, 1e-14)) << name;
+  // By hand, the clip and the share clipped.
+  at::Tensor total = at::zeros({8}, at::kDouble);
+  int clipped = 0;
+  for (int64_t i = 0; i < 3; ++i) {
+    const at::Tensor d = flat_update(i, 1, 0.5);
+    const double norm = d.norm().item<double>();
+    clipped += norm > clip;
+    total += d * std::min(1.0, clip / norm);
+  }
+  EXPECT_GT(clipped, 0) << "a clip that clips nothing checks nothing";
+  at::Generator g = server_generator(0, 0, 0x6e6f697365);
+  const at::Tensor noise_w = at::randn({3, 2}, g, at::kDouble), noise_b = at::randn({2}, g, at::kDouble);
+  const at::Tensor expected_w = initial.at("w") - (total.narrow(0, 0, 6).view({3, 2}) + noise_w * z * clip) / 3.0;
+  EXPECT_TRUE(at::allclose(piped.params.at("w"), expected_w, 1e-12, 1e-14));
+  EXPECT_NEAR(metrics.at("aggregation/clipped_fraction").item<double>(), clipped / 3.0, 1e-15);
+  EXPECT_NEAR(metrics.at("privacy/epsilon").item<double>(), sgm_epsilon(1.0, z, 1, 1e-5).epsilon, 1e-12);
+}
+
+// Per-layer clipping: each of the L = 2 tensors to C / sqrt(2); the example-weighted mean.
+TEST_F(AlgorithmsTest, PerLayerClipMatchesAHandComputedRound) {
+  const double bound = 0.05 / std::sqrt(2.0);
+  use_aggregation("clip", {"aggregation.clip.norm=0.05", "aggregation.clip.per_layer=true"});
+  const ServerState fax_state = run_plugin("fedavg", {"client_lr=0.5", "batch_size=0"}, 1);
+  at::Tensor dw = at::zeros_like(initial.at("w")), db = at::zeros_like(initial.at("b"));
+  for (int64_t i = 0; i < 3; ++i) {
+    const auto [cw, cb] = local(i, initial.at("w"), initial.at("b"), 1, 0.5);
+    const at::Tensor uw = initial.at("w") - cw, ub = initial.at("b") - cb;
+    dw += weight(i) * uw * std::min(1.0, bound / uw.norm().item<double>());
+    db += weight(i) * ub * std::min(1.0, bound / ub.norm().item<double>());
+  }
+  EXPECT_TRUE(at::allclose(fax_state.params.at("w"), initial.at("w") - dw / total_weight(), 1e-12, 1e-14));
+  EXPECT_TRUE(at::allclose(fax_state.params.at("b"), initial.at("b") - db / total_weight(), 1e-12, 1e-14));
+}
+
+// Robust aggregators over five clients, two of them byzantine (sign-flipped updates): the
+// coordinate median, the trimmed mean and multi-Krum, each by hand from the sent updates.
+TEST_F(AlgorithmsTest, RobustAggregatorsMatchHandComputedStatistics) {
+  clients.clear();
+  for (int64_t n : {4, 7, 5, 6, 3}) clients.push_back({at::randn({n, 3}, at::kDouble), at::randint(0, 2, {n}, at::kLong)});
+  data = std::make_unique<InMemoryDataset>(clients, clients[0], 2);
+  const std::vector<std::string> byzantine{"clients.byzantine.fraction=0.4", "clients.byzantine.kind=sign_flip"};
+  use_aggregation("median", byzantine);
+  std::vector<at::Tensor> sent;
+  int attackers = 0;
+  for (int64_t i = 0; i < 5; ++i) {
+    const bool attacker = aggregation->byzantine(i);
+    attackers += attacker;
+    sent.push_back(flat_update(i, 2, 0.3) * (attacker ? -1.0 : 1.0));
+  }
+  ASSERT_EQ(attackers, 2);
+  const at::Tensor rows = at::stack(sent);
+  const at::Tensor sorted = std::get<0>(rows.sort(0));
+  const auto check = [&](const ServerState& s, const at::Tensor& statistic, const char* what) {
+    const at::Tensor expected_w = initial.at("w") - statistic.narrow(0, 0, 6).view({3, 2});
+    EXPECT_TRUE(at::allclose(s.params.at("w"), expected_w, 1e-12, 1e-14)) << what;
+  };
+  check(run_plugin("fedavg", {"client_lr=0.3", "local_epochs=2", "batch_size=0"}, 1), sorted[2], "median");
+  use_aggregation("trimmed_mean", join_settings(byzantine, {"aggregation.trimmed_mean.trim=0.2"}));
+  check(run_plugin("fedavg", {"client_lr=0.3", "local_epochs=2", "batch_size=0"}, 1), sorted.narrow(0, 1, 3).mean(0),
+        "trimmed mean");
+  // Multi-Krum, f = 1, m = 2: score_i = the sum of the n - f - 2 = 2 smallest squared distances
+  // to the others; the mean of the two best.
+  use_aggregation("krum", join_settings(byzantine, {"aggregation.krum.byzantine=1", "aggregation.krum.select=2"}));
+  std::vector<std::pair<double, int64_t>> scores;
+  for (int64_t i = 0; i < 5; ++i) {
+    std::vector<double> d;
+    for (int64_t j = 0; j < 5; ++j)
+      if (j != i) d.push_back((rows[i] - rows[j]).pow(2).sum().item<double>());
+    std::sort(d.begin(), d.end());
+    scores.emplace_back(d[0] + d[1], i);
+  }
+  std::sort(scores.begin(), scores.end());
+  const int64_t a = std::min(scores[0].second, scores[1].second), b = std::max(scores[0].second, scores[1].second);
+  check(run_plugin("fedavg", {"client_lr=0.3", "local_epochs=2", "batch_size=0"}, 1), (rows[a] + rows[b]) / 2, "krum");
+}
+
+// `mean` written out is the pipeline without an aggregator, bit for bit.
+TEST_F(AlgorithmsTest, MeanStageIsThePlainMean) {
+  const ServerState plain = run_plugin("fedavg", {"client_lr=0.3", "local_epochs=2"}, 2);
+  use_aggregation("mean");
+  EXPECT_TRUE(bitwise_equal(run_plugin("fedavg", {"client_lr=0.3", "local_epochs=2"}, 2).params, plain.params));
+}
+
+// The byzantine share is exact and drawn from the seed: another seed, other clients.
+TEST(AggregationTest, ByzantineClientsAreAnExactShareDrawnFromTheSeed) {
+  Schema schema;
+  for (ConfigKey& k : aggregation_schema()) schema.add(std::move(k));
+  Config config;
+  apply_override(config, "clients.byzantine.fraction=0.2");
+  config.resolve(schema);
+  const Aggregation first(config, 1000, 0), again(config, 1000, 0), other(config, 1000, 1);
+  int64_t count = 0, same = 0, differ = 0;
+  for (int64_t c = 0; c < 1000; ++c) {
+    count += first.byzantine(c);
+    same += first.byzantine(c) == again.byzantine(c);
+    differ += first.byzantine(c) != other.byzantine(c);
+  }
+  EXPECT_EQ(count, 200);
+  EXPECT_EQ(same, 1000);
+  EXPECT_GT(differ, 100);
+}
+
+// Stage lists that do not compose are refused with the reason.
+TEST(AggregationTest, RefusesStagesThatDoNotCompose) {
+  const auto refused = [](const std::string& stages, const std::string& message) {
+    try {
+      aggregation_keys(stages, "exp.yaml:3:1");
+      ADD_FAILURE() << stages << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind("exp.yaml:3:1: ", 0), 0u) << e.what();
+    }
+  };
+  refused("clip,median,gaussian", "'gaussian' is calibrated to a sum of clipped updates; after 'median'");
+  refused("gaussian", "'gaussian' needs a clip stage before it");
+  refused("clip,clip", "aggregation stage 'clip' is listed twice");
+  refused("median,krum", "'median' and 'krum' both replace the mean");
+  refused("median,clip", "'clip' transforms each client's update, so it comes before 'median'");
+  refused("clip,gaussian,median", "'median' comes before the server stages");
+  refused("mean,median", "'mean' and 'median' both replace the mean");
+  refused("clip,medain", "unknown aggregation stage 'medain' (known: clip, mean, median, trimmed_mean, krum, gaussian)");
+  EXPECT_EQ(aggregation_keys("clip,mean,gaussian", "x").size(), 4u);
+  refused("clip,,median", "has an empty stage name");
+  EXPECT_EQ(aggregation_keys("clip,gaussian", "x").size(), 4u);
+  EXPECT_EQ(aggregation_keys("", "x").size(), 0u);
 }
 
 // FedSGD: the gradient of the example-weighted mean loss, one server step per round.

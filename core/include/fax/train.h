@@ -3,6 +3,7 @@
 /// Training: the data set interface, local training, client updates, the algorithm interface and
 /// its plugin ABI, privacy accounting.
 
+#include <fax/train/aggregation.h>
 #include <fax/train/algorithm.h>
 #include <fax/train/client_update.h>
 #include <fax/train/dataset.h>

@@ -147,27 +147,80 @@ ClientUpdates train_clients(const RoundContext& ctx, const Clients<TensorTree>& 
           Clients<at::Tensor>(ctx.example_counts().value().to(kept.scalar_type()) * kept), Clients<at::Tensor>(kept)};
 }
 
+namespace {
+
+// The round's statistics of the client stages (Aggregation::client_side) ride along under this
+// prefix, summed, then divided by the number of clients kept.
+const std::string kStat = "__stat/";
+
+// The aggregation's server metrics from the summed statistics.
+TensorTree stat_metrics(const TensorTree& sums, const at::Tensor& kept) {
+  TensorTree metrics;
+  for (const auto& [name, t] : unprefixed(sums, kStat)) metrics.set(name, (t / kept.clamp_min(1)).detach());
+  return metrics;
+}
+
+// mean_client_update with a robust aggregator: every kept update, after the client stages, is
+// gathered to every executor, which all compute the same statistic.
+RoundUpdate gathered_update(const RoundContext& ctx, const TensorTree& params, const ClientTraining& training,
+                            const Aggregation& aggregation) {
+  FAX_CHECK(!training.create_graph,
+            "aggregation {}: a robust aggregator has no derivative to take; federated AD through the round (e.g. "
+            "hypergrad_fedavg) needs a sum-based pipeline", aggregation.describe());
+  const ClientUpdates local = train_clients(ctx, broadcast(Server<TensorTree>(params)), training);
+  const auto sent = map_clients([&](const ClientChunk& chunk, const TensorTree& deltas, const at::Tensor& kept) {
+    TensorTree stats;
+    TensorTree rows = aggregation.client_side(chunk, deltas, stats);
+    for (const auto& [name, t] : stats) rows.set(kStat + name, t * kept.to(t.scalar_type()));
+    return rows;
+  }, local.deltas, local.kept);
+  const at::Tensor kept = collect(local.kept).value();
+  const at::Tensor which = kept.nonzero().view({-1});
+  FAX_CHECK(which.numel() > 0, "round {}: every client's update was not finite", ctx.round + 1);
+  TensorTree gathered;
+  for (const auto& [name, p] : params)
+    gathered.set(name, collect(Clients<at::Tensor>(sent.value().at(name))).value().index_select(0, which));
+  RoundUpdate update{local.losses, local.weights, local.kept, aggregation.aggregate(gathered, ctx.round), {}};
+  const TensorTree stats = prefixed(unprefixed(sent.value(), kStat), kStat);
+  if (!stats.empty()) update.metrics = stat_metrics(sum(Clients<TensorTree>(stats)).value(), kept.sum());
+  return update;
+}
+
+}  // namespace
+
 RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params, const ClientTraining& training) {
   FAX_CHECK(!training.after, "mean_client_update keeps no per-client rows: use train_clients for ClientTraining::after");
+  static const Aggregation plain_mean;
+  const Aggregation& aggregation = ctx.aggregation != nullptr ? *ctx.aggregation : plain_mean;
+  ctx.aggregated = true;
+  if (aggregation.gathers()) return gathered_update(ctx, params, training, aggregation);
+  const bool plain = aggregation.plain();
   const auto start = broadcast(Server<TensorTree>(params));
   const auto lr = broadcast(training.lr);
   // Streamed: each chunk's weighted deltas join the running sum, so memory follows the chunk size.
   // A model's input layer weight is summed per chunk (from local SGD's factors when it has them),
-  // every other leaf row by row with weighted_mean's products and adds.
-  const std::optional<InputLayer> input = ctx.model.input_layer();
+  // every other leaf row by row with weighted_mean's products and adds. Client stages need every
+  // update whole, so with them the input layer is an ordinary leaf.
+  const std::optional<InputLayer> input = plain ? ctx.model.input_layer() : std::nullopt;
   const std::string input_weight = input ? input->weight : "";
   const MappedSum out = map_sum_clients(
       [&](const ClientChunk& chunk, const TensorTree& rows, const at::Tensor& rates, const at::Tensor& counts) {
         const TensorTree trained = train_chunk(ctx, training, chunk, rows, rates, input.has_value());
         const at::Tensor& kept = trained.at(kKept);
-        const at::Tensor weights = counts.to(kept.scalar_type()) * kept;
+        const at::Tensor examples = counts.to(kept.scalar_type()) * kept;
+        const at::Tensor weights = aggregation.uniform() ? kept : examples;
+        TensorTree stats;
+        const TensorTree deltas = plain ? deltas_of(trained, input_weight)
+                                        : aggregation.client_side(chunk, deltas_of(trained), stats);
         ChunkRows result;
-        result.sum = scale_rows(deltas_of(trained, input_weight), weights);
+        result.sum = scale_rows(deltas, weights);
         if (input) result.summed.set(input_weight, input_layer_sum(trained, input_weight, weights));
         result.sum.set(kWeight, weights);
+        if (!stats.empty()) result.sum.set(kKept, kept);
+        for (const auto& [name, t] : stats) result.sum.set(kStat + name, t * kept.to(t.scalar_type()));
         result.keep.set(kLoss, trained.at(kLoss));
         result.keep.set(kKept, kept);
-        result.keep.set(kWeight, weights);
+        result.keep.set(kWeight, examples);
         return result;
       },
       start, lr, ctx.example_counts());
@@ -175,11 +228,23 @@ RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params
   const at::Tensor total = sums.at(kWeight);
   // Every executor sees the same total, so they all stop together.
   FAX_CHECK(total.item<double>() > 0, "round {}: every client's update was not finite", ctx.round + 1);
-  TensorTree mean;  // in the model's order
-  for (const auto& [name, p] : params) mean.set(name, sums.at(name) / total);
   const TensorTree& keep = out.keep.value();
-  return {Clients<at::Tensor>(keep.at(kLoss)), Clients<at::Tensor>(keep.at(kWeight)), Clients<at::Tensor>(keep.at(kKept)),
-          std::move(mean)};
+  RoundUpdate update{Clients<at::Tensor>(keep.at(kLoss)), Clients<at::Tensor>(keep.at(kWeight)),
+                     Clients<at::Tensor>(keep.at(kKept)), {}, {}};
+  TensorTree summed;  // in the model's order
+  for (const auto& [name, p] : params) summed.set(name, sums.at(name));
+  if (aggregation.uniform()) {
+    // Each kept client counted once; the noised sum over the cohort size, which does not depend
+    // on who was kept (a data-dependent denominator would leak).
+    update.metrics = stat_metrics(sums, sums.at(kKept));
+    const int64_t n = ctx.program.cohort_size();
+    update.mean = scale(aggregation.server_side(summed, ctx.program.seed(), ctx.round, n, ctx.data.num_clients(),
+                                                update.metrics), 1.0 / static_cast<double>(n));
+  } else {
+    if (sums.contains(kKept)) update.metrics = stat_metrics(sums, sums.at(kKept));
+    for (const auto& [name, t] : summed) update.mean.set(name, t / total);
+  }
+  return update;
 }
 
 RoundMetrics round_metrics(const RoundContext& ctx, const RoundUpdate& update) {
@@ -189,6 +254,7 @@ RoundMetrics round_metrics(const RoundContext& ctx, const RoundUpdate& update) {
   metrics.server.set("train/dropped_clients",
                      static_cast<double>(ctx.program.cohort_size()) - sum(update.kept).value().detach());
   metrics.clients.emplace_back("train_loss", Clients<at::Tensor>(update.losses.value().detach()));
+  for (const auto& [name, t] : update.metrics) metrics.server.set(name, t.detach());
   return metrics;
 }
 

@@ -10,6 +10,7 @@
 #include <fax/spmd/client_states.h>
 #include <fax/spmd/mesh.h>
 #include <fax/spmd/placement.h>
+#include <fax/train/aggregation.h>
 #include <fax/train/dataset.h>
 
 namespace fax {
@@ -35,6 +36,11 @@ struct RoundContext {
   NonFinite nonfinite = NonFinite::stop;
   /// Local SGD steps a model's input layer in factored form (LocalSgdOptions::factor_input_layer).
   bool factor_input_layer = true;
+  /// How the clients' updates are combined (mean_client_update); null: the plain weighted mean.
+  const Aggregation* aggregation = nullptr;
+  /// Set by mean_client_update: the round went through the aggregation pipeline (an experiment
+  /// with stages refuses an algorithm that combines its updates some other way).
+  mutable bool aggregated = false;
   /// The cohort weights of this executor's clients: their training example counts.
   Clients<at::Tensor> example_counts() const { return program.weights(); }
 };

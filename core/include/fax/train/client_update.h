@@ -70,17 +70,20 @@ struct RoundUpdate {
   Clients<at::Tensor> weights;  ///< as in ClientUpdates
   Clients<at::Tensor> kept;     ///< as in ClientUpdates
   TensorTree mean;  ///< sum(n_i delta_i) / sum(n_i): the server's pseudo-gradient
+  TensorTree metrics;  ///< the aggregation pipeline's server metrics (0-dim), for round_metrics
 };
 
 /// broadcast(params) -> the client half -> weighted mean of the deltas by example count (dropped
-/// clients weigh nothing; a round whose every client was dropped is an error). Streamed through
+/// clients weigh nothing; a round whose every client was dropped is an error), or what the
+/// experiment's aggregation pipeline (RoundContext::aggregation, fax/train/aggregation.h) makes
+/// of the updates. Streamed through
 /// map_sum_clients: memory follows execution.vectorize, not the cohort; the same bits as
 /// weighted_mean over train_clients. Without ClientTraining::after (it keeps no per-client rows).
 RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params, const ClientTraining& training);
 
 /// The metrics FedAvg-style plugins report: train/loss (example-weighted mean of the clients'
 /// training losses), train/update_norm (|mean update|), train/dropped_clients and the per-client
-/// train_loss.
+/// train_loss; and the aggregation pipeline's metrics.
 RoundMetrics round_metrics(const RoundContext& ctx, const RoundUpdate& update);
 
 }  // namespace fax

@@ -83,7 +83,7 @@ struct LocalSgdOptions {
   /// p -= lr (v + correction), rows [k, ...] for each trained leaf, by name (SCAFFOLD's c - c_i,
   /// applied as its reference implementations apply it, after the optimizer's step: through the
   /// velocity it would be amplified by up to 1 / (1 - momentum)).
-  TensorTree correction;
+  TensorTree correction{};
   /// When the model has an input layer z = x W + b (Model::input_layer) and none of the above
   /// is set, step that layer in factored form. Over one client's steps W_s = W_0 - sum_{t<s} x_t^T
   /// u_t with u_t = lr dL_t/dz_t, so x_s W_s = x_s W_0 - sum_{t<s} (x_s x_t^T) u_t: for a block of

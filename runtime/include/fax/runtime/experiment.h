@@ -112,6 +112,7 @@ class Experiment {
   MeshOptions mesh_options_;
   std::unique_ptr<Mesh> mesh_;  // local executors, started on first use
   ClientStates client_states_;
+  Aggregation aggregation_;
 };
 
 }  // namespace fax

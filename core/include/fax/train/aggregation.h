@@ -1,0 +1,93 @@
+#pragma once
+
+// The aggregation pipeline: how a round combines its clients' updates into the server's mean
+// (README "Aggregation"). Configured as `aggregation: [{clip: {norm: 1}}, {gaussian: {...}}]`, a
+// list of stages in three roles, in this order:
+//   client stages   transform each update before anything is combined (clip);
+//   an aggregator   replaces the mean with a robust statistic of the updates (median,
+//                   trimmed_mean, krum); it sees every update, so it gathers them;
+//   server stages   act on the sum (gaussian: DP noise, with its privacy ledger).
+// Without stages a round takes FedAvg's example-weighted mean. With gaussian each client counts
+// once (a weight would scale its sensitivity) and the noised sum is divided by the cohort size, as
+// in DP-FedAvg. `clients.byzantine` makes a share of the population (chosen from the seed) send
+// corrupted updates, before every stage, for research on robust aggregation.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include <fax/base/config.h>
+#include <fax/base/tensor_tree.h>
+
+namespace fax {
+
+struct ClientChunk;
+
+/// A stage as `fax-run plugins` lists it.
+struct AggregationStageInfo {
+  std::string name;
+  std::string role;  ///< "client", "aggregator" or "server"
+  std::string description;
+  std::vector<ConfigKey> keys;  ///< relative to aggregation.<name>
+};
+/// Every stage fax knows, in listing order.
+const std::vector<AggregationStageInfo>& aggregation_stages();
+
+/// The keys every experiment has: aggregation.stages and clients.byzantine.*.
+std::vector<ConfigKey> aggregation_schema();
+
+/// The keys of the stages `stages` names ("clip,gaussian", the value of aggregation.stages),
+/// with their aggregation.<stage>. prefix. Refuses, naming `where`: an unknown stage, one named
+/// twice, and lists that do not compose (a client stage after the aggregator, two aggregators,
+/// gaussian without a clip before it or after a robust aggregator).
+std::vector<ConfigKey> aggregation_keys(const std::string& stages, const std::string& where);
+
+/// Whether the stages `stages` names gather every update to every executor (an aggregator), for
+/// memory estimates.
+bool aggregation_gathers(const std::string& stages);
+
+/// The pipeline of a resolved experiment config.
+class Aggregation {
+ public:
+  /// No stage and no byzantine client: FedAvg's example-weighted mean.
+  Aggregation() = default;
+  /// From aggregation.* and clients.byzantine.*; the byzantine clients are drawn from `seed`
+  /// among `population` clients.
+  Aggregation(const Config& config, int64_t population, uint64_t seed);
+
+  /// Nothing to do: the plain example-weighted mean.
+  bool plain() const { return stages_.empty() && byzantine_.empty(); }
+  /// Each kept client counts once and the sum is divided by the cohort size (gaussian).
+  bool uniform() const;
+  /// A robust aggregator replaces the mean: every update is gathered to every executor.
+  bool gathers() const;
+  /// The stages, for messages: "clip, gaussian".
+  std::string describe() const;
+
+  /// A chunk's updates [k, ...] as its clients send them: the byzantine clients' attack, then the
+  /// client stages in order. Per-client statistics for the round's metrics are added to `stats`
+  /// (name -> [k], summed over the cohort and divided by its size: shares and means).
+  TensorTree client_side(const ClientChunk& chunk, const TensorTree& rows, TensorTree& stats) const;
+  /// The aggregator's statistic of the kept updates [n, ...] (gathers()).
+  TensorTree aggregate(const TensorTree& rows, int64_t round) const;
+  /// The server stages on the sum of the updates of a round with `cohort` clients drawn from
+  /// `population`; server metrics (privacy/epsilon) are set in `metrics`.
+  TensorTree server_side(const TensorTree& sum, uint64_t seed, int64_t round, int64_t cohort, int64_t population,
+                         TensorTree& metrics) const;
+  /// Whether `client` of the population is byzantine.
+  bool byzantine(int64_t client) const;
+
+  struct Stage;
+
+ private:
+  std::vector<std::shared_ptr<const Stage>> stages_;
+  std::vector<std::string> roles_, names_;  // per stage
+  std::vector<bool> byzantine_;  // by client id; empty: none
+  std::string attack_;
+  double attack_scale_ = 1.0;
+};
+
+}  // namespace fax

@@ -1,0 +1,419 @@
+#include <fax/train/aggregation.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <memory>
+
+#include <fax/base/error.h>
+#include <fax/base/rng.h>
+#include <fax/base/settings.h>
+#include <fax/spmd/primitives.h>
+#include <fax/train/privacy.h>
+
+namespace fax {
+
+struct Aggregation::Stage {
+  virtual ~Stage() = default;
+  // Client stages: a chunk's updates [k, ...] -> what the clients send.
+  virtual TensorTree client(const TensorTree& rows, TensorTree& /*stats*/) const { return rows; }
+  // Aggregators: the kept updates, flattened [n, P] -> the statistic [P].
+  virtual at::Tensor aggregate(const at::Tensor& rows, int64_t /*round*/) const { return rows; }
+  // Server stages: the sum of the updates -> what the server steps with.
+  virtual TensorTree server(const TensorTree& sum, uint64_t, int64_t, int64_t, int64_t, TensorTree&) const { return sum; }
+};
+
+namespace {
+
+constexpr const char* kClient = "client";
+constexpr const char* kAggregator = "aggregator";
+constexpr const char* kServer = "server";
+// The aggregator that is no statistic of its own: the mean a pipeline takes anyway, written out so
+// a sweep can set it against robust aggregators.
+constexpr const char* kMean = "mean";
+// Independent streams: the byzantine draw (server side, once per run), the attackers' noise (per
+// client and round) and the DP noise (server, per round; dp_fedavg's stream, so the two agree).
+constexpr uint64_t kByzantineStream = 0x62797a;    // "byz"
+constexpr uint64_t kAttackStream = 0x61747461636b;  // "attack"
+constexpr uint64_t kNoiseStream = 0x6e6f697365;     // "noise"
+
+// --- clip: each update scaled to L2 norm at most `norm` (per_layer: each leaf to norm / sqrt(L)).
+struct ClipOptions {
+  double norm = 1.0;
+  bool per_layer = false;
+};
+
+struct Clip final : Aggregation::Stage {
+  static const Settings<ClipOptions>& settings() {
+    static const Settings<ClipOptions> table = Settings<ClipOptions>()
+        .add("norm", &ClipOptions::norm, "C: each client's update is scaled down to L2 norm at most C", positive())
+        .add("per_layer", &ClipOptions::per_layer,
+             "clip each parameter tensor to C / sqrt(number of tensors) instead (the whole update stays within C)");
+    return table;
+  }
+  explicit Clip(ClipOptions o) : o(o) {}
+
+  TensorTree client(const TensorTree& rows, TensorTree& stats) const override {
+    const auto factor = [](const at::Tensor& norms, double bound) {
+      return (bound / norms.clamp_min(1e-12)).clamp_max(1.0);
+    };
+    const at::Tensor norms = row_sums(rows.map([](const at::Tensor& t) { return t * t; })).sqrt();
+    if (!o.per_layer) {
+      stats.set("aggregation/clipped_fraction", norms.gt(o.norm).to(at::kDouble));
+      stats.set("aggregation/update_norm", norms.detach().to(at::kDouble));
+      return scale_rows(rows, factor(norms, o.norm));
+    }
+    const double bound = o.norm / std::sqrt(static_cast<double>(rows.size()));
+    at::Tensor clipped = at::zeros({leading_size(rows)}, at::kDouble);
+    TensorTree out;
+    for (const auto& [name, t] : rows) {
+      const at::Tensor leaf_norms = t.flatten(1).norm(2, {1});
+      clipped = clipped.logical_or(leaf_norms.gt(bound)).to(at::kDouble);
+      out.set(name, scale_rows(TensorTree{{name, t}}, factor(leaf_norms, bound)).at(name));
+    }
+    stats.set("aggregation/clipped_fraction", clipped);
+    stats.set("aggregation/update_norm", norms.detach().to(at::kDouble));
+    return out;
+  }
+
+  ClipOptions o;
+};
+
+// --- gaussian: N(0, (z C)^2) on the sum of the clipped updates, with the RDP ledger.
+struct GaussianOptions {
+  double noise_multiplier = 1.0;
+  double delta = 1e-5;
+};
+
+struct Gaussian final : Aggregation::Stage {
+  static const Settings<GaussianOptions>& settings() {
+    static const Settings<GaussianOptions> table = Settings<GaussianOptions>()
+        .add("noise_multiplier", &GaussianOptions::noise_multiplier,
+             "z: the noise on the sum has standard deviation z C (C: the clip stage's norm)", positive())
+        .add("delta", &GaussianOptions::delta, "delta of the (epsilon, delta) the ledger reports", above(0, 1));
+    return table;
+  }
+  Gaussian(GaussianOptions o, double clip) : o(o), clip(clip) {}
+
+  TensorTree server(const TensorTree& sum, uint64_t seed, int64_t round, int64_t cohort, int64_t population,
+                    TensorTree& metrics) const override {
+    at::Generator g = server_generator(seed, round, kNoiseStream);
+    const TensorTree noised = sum.map([&](const at::Tensor& t) {
+      const at::Tensor noise = at::randn(t.sizes(), g, t.options().dtype(at::kDouble)).to(t.scalar_type());
+      return t + noise * (o.noise_multiplier * clip);
+    });
+    // Cohorts are drawn without replacement at a fixed size and accounted as Poisson sampling at
+    // rate cohort / population (as TensorFlow Privacy does); README "Aggregation" says so.
+    const double q = static_cast<double>(cohort) / static_cast<double>(population);
+    metrics.set("privacy/epsilon",
+                at::scalar_tensor(sgm_epsilon(q, o.noise_multiplier, round + 1, o.delta).epsilon, at::kDouble));
+    return noised;
+  }
+
+  GaussianOptions o;
+  double clip;
+};
+
+// --- median: the coordinate-wise median (the mean of the two middle values for an even count).
+struct NoOptions {};
+
+struct Median final : Aggregation::Stage {
+  at::Tensor aggregate(const at::Tensor& rows, int64_t) const override {
+    const at::Tensor sorted = std::get<0>(rows.sort(0));
+    const int64_t n = rows.size(0);
+    return (sorted[(n - 1) / 2] + sorted[n / 2]) / 2;
+  }
+};
+
+// --- trimmed_mean: per coordinate, the mean without the floor(trim n) largest and smallest.
+struct TrimmedMeanOptions {
+  double trim = 0.1;
+};
+
+struct TrimmedMean final : Aggregation::Stage {
+  static const Settings<TrimmedMeanOptions>& settings() {
+    static const Settings<TrimmedMeanOptions> table = Settings<TrimmedMeanOptions>().add(
+        "trim", &TrimmedMeanOptions::trim, "share of the updates dropped at each end, per coordinate", in(0, 0.499));
+    return table;
+  }
+  explicit TrimmedMean(TrimmedMeanOptions o) : o(o) {}
+
+  at::Tensor aggregate(const at::Tensor& rows, int64_t round) const override {
+    const int64_t n = rows.size(0);
+    const auto k = static_cast<int64_t>(std::floor(o.trim * static_cast<double>(n)));
+    FAX_CHECK(n - 2 * k > 0, "round {}: aggregation.trimmed_mean.trim {} leaves none of the {} updates", round + 1,
+              o.trim, n);
+    return std::get<0>(rows.sort(0)).narrow(0, k, n - 2 * k).mean(0);
+  }
+
+  TrimmedMeanOptions o;
+};
+
+// --- krum (Blanchard et al. 2017): score each update by its squared distances to its n - f - 2
+// nearest others; the mean of the `select` best (select 1: Krum; more: multi-Krum).
+struct KrumOptions {
+  int64_t byzantine = 1;
+  int64_t select = 1;
+};
+
+struct Krum final : Aggregation::Stage {
+  static const Settings<KrumOptions>& settings() {
+    static const Settings<KrumOptions> table = Settings<KrumOptions>()
+        .add("byzantine", &KrumOptions::byzantine, "f: byzantine updates tolerated (needs n > 2 f + 2)", at_least(0))
+        .add("select", &KrumOptions::select, "m: updates averaged, best scores first (1: Krum; more: multi-Krum)",
+             at_least(1));
+    return table;
+  }
+  explicit Krum(KrumOptions o) : o(o) {}
+
+  at::Tensor aggregate(const at::Tensor& rows, int64_t round) const override {
+    const int64_t n = rows.size(0);
+    FAX_CHECK(n > 2 * o.byzantine + 2 && o.select <= n,
+              "round {}: krum with aggregation.krum.byzantine = {} and select = {} needs more than {} updates, got {}",
+              round + 1, o.byzantine, o.select, std::max(2 * o.byzantine + 2, o.select - 1), n);
+    // Direct differences, not the |a|^2 + |b|^2 - 2 a.b shortcut, which cancels for close updates.
+    const at::Tensor d = at::cdist(rows.unsqueeze(0), rows.unsqueeze(0), 2.0, /*donot_use_mm_for_euclid_dist=*/2).squeeze(0).pow(2);
+    // Each row's own zero distance sorts first: skip it.
+    const at::Tensor scores = std::get<0>(d.sort(1)).narrow(1, 1, n - o.byzantine - 2).sum(1);
+    // Ties go to the lower index (a stable sort), so every executor picks the same updates.
+    const at::Tensor best = std::get<1>(scores.sort(/*stable=*/true, 0, false)).narrow(0, 0, o.select);
+    return rows.index_select(0, std::get<0>(best.sort())).mean(0);
+  }
+
+  KrumOptions o;
+};
+
+struct StageEntry {
+  AggregationStageInfo info;
+  // Builds the stage from the config; `clip` is the norm of the clip stage before it (0: none).
+  std::function<std::shared_ptr<const Aggregation::Stage>(const Config&, const std::string& prefix, double clip)> make;
+};
+
+template <class S, class O>
+StageEntry entry(const char* name, const char* role, const char* description, const Settings<O>& settings) {
+  StageEntry e{{name, role, description, settings.keys()}, {}};
+  e.make = [&settings](const Config& config, const std::string& prefix, double clip) -> std::shared_ptr<const Aggregation::Stage> {
+    if constexpr (std::is_same_v<S, Gaussian>) return std::make_shared<S>(settings.read(config, prefix), clip);
+    else if constexpr (std::is_same_v<O, NoOptions>) return std::make_shared<S>();
+    else return std::make_shared<S>(settings.read(config, prefix));
+  };
+  return e;
+}
+
+// The mean: the pipeline's own sum, nothing to compute.
+struct Mean final : Aggregation::Stage {};
+
+const std::vector<StageEntry>& registry() {
+  static const Settings<NoOptions> none;
+  static const std::vector<StageEntry> stages = [] {
+    std::vector<StageEntry> s;
+    s.push_back(entry<Clip>("clip", kClient, "scale each client's update to L2 norm at most C", Clip::settings()));
+    s.push_back(entry<Mean>(kMean, kAggregator,
+                            "the example-weighted mean (uniform with gaussian): what a pipeline without an aggregator "
+                            "takes, to set against the robust ones", none));
+    s.push_back(entry<Median>("median", kAggregator, "coordinate-wise median of the updates, instead of their mean", none));
+    s.push_back(entry<TrimmedMean>("trimmed_mean", kAggregator,
+                                   "coordinate-wise mean without the largest and smallest share", TrimmedMean::settings()));
+    s.push_back(entry<Krum>("krum", kAggregator, "Krum / multi-Krum: the mean of the updates closest to their neighbours",
+                            Krum::settings()));
+    s.push_back(entry<Gaussian>("gaussian", kServer,
+                                "Gaussian noise on the sum of the clipped updates (DP), epsilon logged every round",
+                                Gaussian::settings()));
+    return s;
+  }();
+  return stages;
+}
+
+bool robust(const StageEntry& e) { return e.info.role == kAggregator && e.info.name != kMean; }
+
+std::vector<std::string> split_stages(const std::string& text) {
+  std::vector<std::string> names;
+  size_t start = 0;
+  while (start <= text.size() && !text.empty()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    std::string name = text.substr(start, comma - start);
+    name.erase(0, name.find_first_not_of(' '));
+    name.erase(name.find_last_not_of(' ') + 1);
+    names.push_back(name);
+    start = comma + 1;
+  }
+  return names;
+}
+
+const StageEntry& find_stage(const std::string& name, const std::string& where) {
+  std::vector<std::string> known;
+  for (const StageEntry& e : registry()) {
+    if (e.info.name == name) return e;
+    known.push_back(e.info.name);
+  }
+  throw Error(fmt::format("{}: unknown aggregation stage '{}' (known: {})", where, name, fmt::join(known, ", ")));
+}
+
+// The stages `text` names, checked to compose.
+std::vector<const StageEntry*> parse_stages(const std::string& text, const std::string& where) {
+  std::vector<const StageEntry*> out;
+  const StageEntry* aggregator = nullptr;
+  bool clipped = false, server = false;
+  for (const std::string& name : split_stages(text)) {
+    FAX_CHECK(!name.empty(), "{}: aggregation.stages '{}' has an empty stage name", where, text);
+    const StageEntry& e = find_stage(name, where);
+    for (const StageEntry* before : out)
+      FAX_CHECK(before != &e, "{}: aggregation stage '{}' is listed twice", where, name);
+    const std::string& role = e.info.role;
+    if (role == kClient) {
+      FAX_CHECK(aggregator == nullptr && !server, "{}: '{}' transforms each client's update, so it comes before '{}'",
+                where, name, aggregator != nullptr ? aggregator->info.name : "the server stages");
+      clipped = clipped || name == "clip";
+    } else if (role == kAggregator) {
+      FAX_CHECK(aggregator == nullptr, "{}: '{}' and '{}' both replace the mean; a pipeline has one aggregator", where,
+                aggregator == nullptr ? "" : aggregator->info.name, name);
+      FAX_CHECK(!server, "{}: '{}' comes before the server stages, which act on what it makes of the updates", where,
+                name);
+      aggregator = &e;
+    } else {
+      FAX_CHECK(aggregator == nullptr || !robust(*aggregator),
+                "{}: '{}' is calibrated to a sum of clipped updates; after '{}' (a robust statistic, not a sum) its "
+                "noise would protect nothing it can account for",
+                where, name, aggregator == nullptr ? "" : aggregator->info.name);
+      FAX_CHECK(clipped, "{}: '{}' needs a clip stage before it: without a bound on each update the noise protects "
+                         "nothing", where, name);
+      server = true;
+    }
+    out.push_back(&e);
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::vector<AggregationStageInfo>& aggregation_stages() {
+  static const std::vector<AggregationStageInfo> infos = [] {
+    std::vector<AggregationStageInfo> out;
+    for (const StageEntry& e : registry()) out.push_back(e.info);
+    return out;
+  }();
+  return infos;
+}
+
+std::vector<ConfigKey> aggregation_keys(const std::string& stages, const std::string& where) {
+  std::vector<ConfigKey> keys;
+  for (const StageEntry* e : parse_stages(stages, where)) {
+    for (ConfigKey k : e->info.keys) {
+      k.name = "aggregation." + e->info.name + "." + k.name;
+      keys.push_back(std::move(k));
+    }
+  }
+  return keys;
+}
+
+std::vector<ConfigKey> aggregation_schema() {
+  return {string_key("aggregation.stages", "",
+                     "how client updates are combined: stages in order, e.g. clip,gaussian (in YAML a list: "
+                     "aggregation: [{clip: {norm: 1}}, {gaussian: {noise_multiplier: 1}}]); empty: the "
+                     "example-weighted mean"),
+          float_key("clients.byzantine.fraction", "0",
+                    "share of the population (drawn from the seed) sending corrupted updates", 0, 1),
+          string_key("clients.byzantine.kind", "sign_flip",
+                     "what they send: sign_flip (-update), scale (scale x update), random (N(0, scale^2) per coordinate)",
+                     {"sign_flip", "scale", "random"}),
+          float_key("clients.byzantine.scale", "10", "the factor of kind scale; the standard deviation of kind random")};
+}
+
+bool aggregation_gathers(const std::string& stages) {
+  const auto parsed = parse_stages(stages, "aggregation.stages");
+  return std::any_of(parsed.begin(), parsed.end(), [](const StageEntry* e) { return robust(*e); });
+}
+
+Aggregation::Aggregation(const Config& config, int64_t population, uint64_t seed) {
+  const std::string where = config.origin("aggregation.stages").str();
+  double clip = 0;
+  for (const StageEntry* e : parse_stages(config.get_string("aggregation.stages"), where)) {
+    const std::string prefix = "aggregation." + e->info.name;
+    names_.push_back(e->info.name);
+    if (e->info.name == kMean) continue;
+    if (e->info.name == "clip") clip = config.get_float(prefix + ".norm");
+    stages_.push_back(e->make(config, prefix, clip));
+    roles_.push_back(e->info.role);
+  }
+  const double fraction = config.get_float("clients.byzantine.fraction");
+  if (fraction > 0) {
+    attack_ = config.get_string("clients.byzantine.kind");
+    attack_scale_ = config.get_float("clients.byzantine.scale");
+    const auto count = static_cast<int64_t>(std::llround(fraction * static_cast<double>(population)));
+    const at::Tensor order =
+        at::randperm(population, server_generator(seed, -1, kByzantineStream), at::kLong);
+    byzantine_.assign(static_cast<size_t>(population), false);
+    const int64_t* picked = order.data_ptr<int64_t>();
+    for (int64_t i = 0; i < count; ++i) byzantine_[static_cast<size_t>(picked[i])] = true;
+  }
+}
+
+bool Aggregation::uniform() const { return std::find(roles_.begin(), roles_.end(), kServer) != roles_.end(); }
+
+bool Aggregation::gathers() const { return std::find(roles_.begin(), roles_.end(), kAggregator) != roles_.end(); }
+
+std::string Aggregation::describe() const { return names_.empty() ? "mean" : fmt::format("{}", fmt::join(names_, ", ")); }
+
+bool Aggregation::byzantine(int64_t client) const {
+  return !byzantine_.empty() && byzantine_.at(static_cast<size_t>(client));
+}
+
+TensorTree Aggregation::client_side(const ClientChunk& chunk, const TensorTree& rows, TensorTree& stats) const {
+  TensorTree out = rows;
+  if (!byzantine_.empty()) {
+    at::Tensor flags = at::zeros({chunk.size}, at::kDouble);
+    std::vector<TensorTree> sent;
+    for (int64_t i = 0; i < chunk.size; ++i) {
+      TensorTree row = narrow(rows, i, 1);
+      if (byzantine(chunk.client_id(i))) {
+        flags[i] = 1.0;
+        if (attack_ == "sign_flip") {
+          row = scale(row, -1.0);
+        } else if (attack_ == "scale") {
+          row = scale(row, attack_scale_);
+        } else {
+          at::Generator g = client_generator(chunk.program.seed() ^ kAttackStream, chunk.program.round(), chunk.client_id(i));
+          row = row.map([&](const at::Tensor& t) {
+            return (at::randn(t.sizes(), g, t.options().dtype(at::kDouble)) * attack_scale_).to(t.scalar_type());
+          });
+        }
+      }
+      sent.push_back(std::move(row));
+    }
+    out = cat(sent);
+    stats.set("aggregation/byzantine_share", flags);
+  }
+  for (size_t s = 0; s < stages_.size(); ++s)
+    if (roles_[s] == kClient) out = stages_[s]->client(out, stats);
+  return out;
+}
+
+TensorTree Aggregation::aggregate(const TensorTree& rows, int64_t round) const {
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    if (roles_[s] != kAggregator) continue;
+    const int64_t n = leading_size(rows);
+    std::vector<at::Tensor> parts;
+    for (const auto& [name, t] : rows) parts.push_back(t.reshape({n, -1}).to(at::kDouble));
+    const at::Tensor statistic = stages_[s]->aggregate(at::cat(parts, 1), round);
+    TensorTree out;
+    int64_t offset = 0;
+    for (const auto& [name, t] : rows) {
+      const int64_t size = t[0].numel();
+      out.set(name, statistic.narrow(0, offset, size).view(t[0].sizes()).to(t.scalar_type()));
+      offset += size;
+    }
+    return out;
+  }
+  throw Error("Aggregation::aggregate: the pipeline has no aggregator");
+}
+
+TensorTree Aggregation::server_side(const TensorTree& sum, uint64_t seed, int64_t round, int64_t cohort,
+                                    int64_t population, TensorTree& metrics) const {
+  TensorTree out = sum;
+  for (size_t s = 0; s < stages_.size(); ++s)
+    if (roles_[s] == kServer) out = stages_[s]->server(out, seed, round, cohort, population, metrics);
+  return out;
+}
+
+}  // namespace fax
