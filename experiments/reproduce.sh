@@ -55,7 +55,7 @@ for e in synthetic_fedsgd synthetic_fedavg fmnist_fedavg fmnist_cnn_fedavg fmnis
 done
 run synthetic_fedavg.paper_setting synthetic_fedavg.yaml --set algorithm.local_epochs=20 --set algorithm.client_lr=0.01 \
   --set rounds=100
-for e in fedavg fedadam fedprox scaffold hypergrad dp fedopt_sweep fedopt_seeds; do run "fmnist_dir01_$e" "fmnist_dir01_$e.yaml"; done
+for e in fedavg fedadam fedprox scaffold hypergrad dp byzantine fedopt_sweep fedopt_seeds; do run "fmnist_dir01_$e" "fmnist_dir01_$e.yaml"; done
 for lr in 0.3 3; do run "fmnist_dir01_fedavg.server_lr=$lr" fmnist_dir01_fedavg.yaml --set "algorithm.server_lr=$lr"; done
 for lr in 0.003 0.03; do run "fmnist_dir01_fedadam.server_lr=$lr" fmnist_dir01_fedadam.yaml --set "algorithm.server_lr=$lr"; done
 run fmnist_dir01_hypergrad.hyper_lr=0.2 fmnist_dir01_hypergrad.yaml --set algorithm.hyper_lr=0.2
@@ -101,5 +101,15 @@ if ((sweeps)); then
   echo
   "$fax_run" inspect fedopt_seeds.sweep/sweep.h5 || status=2
   "$fax_run" plot fedopt_seeds.sweep/sweep.h5 -o fmnist_dir01_fedopt_seeds.svg || status=2
+  # One trial is meant to fail: the plain mean under noise attackers diverges (every update NaN).
+  echo
+  printf '%-48s ' "fmnist_dir01_byzantine (sweep)"
+  start=$SECONDS
+  "$fax_run" sweep "$here/fmnist_dir01_byzantine.yaml" -q -o byzantine.sweep > byzantine.sweep.log 2>&1
+  echo "done ($((SECONDS - start)) s); $(grep -c '^failed:' byzantine.sweep.log) failed: $(grep '^failed:' byzantine.sweep.log | cut -c1-160)"
+  echo
+  echo "## Byzantine clients (20% of the population), accuracy (%) after 200 rounds"
+  table byzantine.sweep --rows clients.byzantine.kind --cols aggregation.stages --scale 100 --where clients.byzantine.fraction=0.2
+  table byzantine.sweep --rows clients.byzantine.fraction --cols aggregation.stages --scale 100 --where clients.byzantine.kind=sign_flip
 fi
 exit $status
