@@ -57,7 +57,7 @@ class AlgorithmsTest : public test::SeededTest {
         const RoundMetrics m = algorithm->round(s, ctx);
         return Server<TensorTree>(join({prefixed(s.params, "params/"), prefixed(s.extra, "extra/"),
                                         prefixed(detach(m.server), "metrics/")}));
-      }, {0, r}).value();
+      }, {seed, r}).value();
       state = {unprefixed(out, "params/"), unprefixed(out, "extra/")};
       if (last_metrics != nullptr) *last_metrics = unprefixed(out, "metrics/");
     }
@@ -131,6 +131,7 @@ class AlgorithmsTest : public test::SeededTest {
   std::unique_ptr<Aggregation> aggregation;
   NonFinite nonfinite = NonFinite::stop;
   bool factor_input_layer = true;
+  uint64_t seed = 0;  // the runs' seed
 
   void expect_factored_fedavg_matches_autograd(std::unique_ptr<Model> m);
 };
@@ -462,6 +463,103 @@ TEST_F(AlgorithmsTest, RobustAggregatorsMatchHandComputedStatistics) {
   check(run_plugin("fedavg", {"client_lr=0.3", "local_epochs=2", "batch_size=0"}, 1), (rows[a] + rows[b]) / 2, "krum");
 }
 
+// Compression by hand over two rounds: top-k with error feedback (what a client did not send in
+// round 1 is added to its round-2 update), deterministic quantization, and random-k (unbiased:
+// scaled by P / k) on the coordinates drawn from each client's stream. Bits as counted.
+TEST_F(AlgorithmsTest, CompressionStagesMatchHandComputedRounds) {
+  const double lr = 0.5;
+  const std::vector<std::string> fedavg{"client_lr=0.5", "batch_size=0"};
+  const auto update_from = [&](int64_t i, const at::Tensor& w, const at::Tensor& b) {
+    const auto [cw, cb] = local(i, w, b, 1, lr);
+    return at::cat({(w - cw).flatten(), b - cb});
+  };
+  const auto step = [&](const at::Tensor& w, const at::Tensor& b, const std::vector<at::Tensor>& sent) {
+    at::Tensor mean = at::zeros({8}, at::kDouble);
+    for (int64_t i = 0; i < 3; ++i) mean += weight(i) * sent[i];
+    mean /= total_weight();
+    return std::make_pair(w - mean.narrow(0, 0, 6).view({3, 2}), b - mean.narrow(0, 6, 2));
+  };
+  const auto top2 = [](const at::Tensor& v) {
+    const at::Tensor index = std::get<1>(v.abs().topk(2));
+    return at::zeros_like(v).index_put({index}, v.index({index}));
+  };
+  const auto expect_params = [&](const ServerState& s, const std::pair<at::Tensor, at::Tensor>& wb, const char* what) {
+    EXPECT_TRUE(at::allclose(s.params.at("w"), wb.first, 1e-12, 1e-14)) << what << s.params.at("w") << wb.first;
+    EXPECT_TRUE(at::allclose(s.params.at("b"), wb.second, 1e-12, 1e-14)) << what;
+  };
+  TensorTree metrics;
+
+  use_aggregation("top_k", {"aggregation.top_k.fraction=0.25", "aggregation.top_k.error_feedback=true"});
+  std::vector<at::Tensor> sent, error;
+  for (int64_t i = 0; i < 3; ++i) {
+    const at::Tensor u = update_from(i, initial.at("w"), initial.at("b"));
+    sent.push_back(top2(u));
+    error.push_back(u - sent.back());
+  }
+  const auto round1 = step(initial.at("w"), initial.at("b"), sent);
+  for (int64_t i = 0; i < 3; ++i) sent[i] = top2(update_from(i, round1.first, round1.second) + error[i]);
+  expect_params(run_plugin("fedavg", fedavg, 2, &metrics), step(round1.first, round1.second, sent), "top_k");
+  EXPECT_EQ(metrics.at("aggregation/bits_sent").item<double>(), 2 * (64 + 3));  // values and 3-bit indices
+  use_aggregation("top_k", {"aggregation.top_k.fraction=0.25"});
+  expect_params(run_plugin("fedavg", fedavg, 2), [&] {
+    for (int64_t i = 0; i < 3; ++i) sent[i] = top2(update_from(i, round1.first, round1.second));
+    return step(round1.first, round1.second, sent);
+  }(), "top_k without error feedback");
+
+  // 2 bits: each tensor to 4 levels from its min to its max.
+  use_aggregation("quantize", {"aggregation.quantize.bits=2", "aggregation.quantize.stochastic=false"});
+  for (int64_t i = 0; i < 3; ++i) {
+    const at::Tensor u = update_from(i, initial.at("w"), initial.at("b"));
+    std::vector<at::Tensor> parts;
+    for (const at::Tensor& x : {u.narrow(0, 0, 6), u.narrow(0, 6, 2)}) {
+      const double lo = x.min().item<double>(), hi = x.max().item<double>(), h = (hi - lo) / 3;
+      parts.push_back(lo + ((x - lo) / h).round() * h);
+    }
+    sent[i] = at::cat(parts);
+  }
+  EXPECT_FALSE(at::allclose(sent[0], update_from(0, initial.at("w"), initial.at("b")))) << "a quantizer that changes nothing";
+  expect_params(run_plugin("fedavg", fedavg, 1, &metrics), step(initial.at("w"), initial.at("b"), sent), "quantize");
+  EXPECT_EQ(metrics.at("aggregation/bits_sent").item<double>(), (6 * 2 + 128) + (2 * 2 + 128));
+
+  use_aggregation("random_k", {"aggregation.random_k.fraction=0.25"});
+  for (int64_t i = 0; i < 3; ++i) {
+    at::Generator g = client_generator(0 ^ 0x636f6d70, 0, i);
+    const at::Tensor index = at::randperm(8, g, at::kLong).narrow(0, 0, 2);
+    const at::Tensor u = update_from(i, initial.at("w"), initial.at("b"));
+    sent[i] = at::zeros_like(u).index_put({index}, u.index({index}) * 4.0);
+  }
+  expect_params(run_plugin("fedavg", fedavg, 1, &metrics), step(initial.at("w"), initial.at("b"), sent), "random_k");
+  EXPECT_EQ(metrics.at("aggregation/bits_sent").item<double>(), 2 * 64);  // values only: the server knows the seed
+}
+
+// Stochastic quantization is unbiased: over many seeds the mean of one-bit FedAvg rounds is the
+// plain round's to within its standard error; deterministic rounding, biased, is not.
+TEST_F(AlgorithmsTest, StochasticQuantizationIsUnbiased) {
+  const std::vector<std::string> fedavg{"client_lr=0.5", "batch_size=0"};
+  const ServerState plain = run_plugin("fedavg", fedavg, 1);
+  // The variance of the weighted mean of the clients' rounding is at most sum (w_i h_i / W)^2 / 4,
+  // h_i <= the range of client i's update.
+  double variance = 0;
+  for (int64_t i = 0; i < 3; ++i) {
+    const at::Tensor u = flat_update(i, 1, 0.5);
+    const double range = (u.max() - u.min()).item<double>();
+    variance += std::pow(weight(i) * range / total_weight(), 2) / 4;
+  }
+  const int runs = 300;
+  const double tolerance = 5 * std::sqrt(variance / runs);
+  const auto mean_error = [&](const char* stochastic) {
+    use_aggregation("quantize", {"aggregation.quantize.bits=1", std::string("aggregation.quantize.stochastic=") + stochastic});
+    at::Tensor total = at::zeros({3, 2}, at::kDouble);
+    for (int r = 0; r < runs; ++r) {
+      seed = static_cast<uint64_t>(r);
+      total += run_plugin("fedavg", fedavg, 1).params.at("w");
+    }
+    return (total / runs - plain.params.at("w")).abs().max().item<double>();
+  };
+  EXPECT_LT(mean_error("true"), tolerance);
+  EXPECT_GT(mean_error("false"), tolerance) << "deterministic rounding looks unbiased here: the check cannot fail";
+}
+
 // `mean` written out is the pipeline without an aggregator, bit for bit.
 TEST_F(AlgorithmsTest, MeanStageIsThePlainMean) {
   const ServerState plain = run_plugin("fedavg", {"client_lr=0.3", "local_epochs=2"}, 2);
@@ -506,9 +604,13 @@ TEST(AggregationTest, RefusesStagesThatDoNotCompose) {
   refused("median,clip", "'clip' transforms each client's update, so it comes before 'median'");
   refused("clip,gaussian,median", "'median' comes before the server stages");
   refused("mean,median", "'mean' and 'median' both replace the mean");
-  refused("clip,medain", "unknown aggregation stage 'medain' (known: clip, mean, median, trimmed_mean, krum, gaussian)");
+  refused("clip,medain", "unknown aggregation stage 'medain' (known: clip, quantize, top_k, random_k, mean, median, trimmed_mean, krum, gaussian)");
   EXPECT_EQ(aggregation_keys("clip,mean,gaussian", "x").size(), 4u);
   refused("clip,,median", "has an empty stage name");
+  refused("quantize,top_k", "'quantize' and 'top_k' both compress the update");
+  refused("top_k,clip", "'clip' comes before 'top_k': a client sends its update compressed");
+  refused("clip,quantize,gaussian", "'gaussian' is calibrated to the clip norm, which 'quantize' does not preserve");
+  EXPECT_EQ(aggregation_keys("clip,random_k,median", "x").size(), 4u);
   EXPECT_EQ(aggregation_keys("clip,gaussian", "x").size(), 4u);
   EXPECT_EQ(aggregation_keys("", "x").size(), 0u);
 }

@@ -47,6 +47,7 @@ class ContractRun {
                             "contract.yaml");
     Schema schema = experiment_schema();
     schema.add_all(plugin->keys, "algorithm");
+    for (ConfigKey& key : aggregation_keys(c.raw("aggregation.stages", ""), "contract.yaml")) schema.add(std::move(key));
     c.resolve(schema);
     return c;
   }

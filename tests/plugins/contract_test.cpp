@@ -83,6 +83,35 @@ const auto plugin_file_name = [](const ::testing::TestParamInfo<std::string>& in
 INSTANTIATE_TEST_SUITE_P(Found, PluginContract, ::testing::ValuesIn(plugins_found(kAlgorithmPlugin)), plugin_file_name);
 INSTANTIATE_TEST_SUITE_P(Found, ModelContract, ::testing::ValuesIn(plugins_found(kModelPlugin)), plugin_file_name);
 
+// FedAvg through an aggregation pipeline: every stage keeps the contract, error feedback's
+// per-client residuals included (4 of 6 clients a round: rounds 2 and 3 meet clients of round 1).
+class AggregationContract : public ContractRun, public ::testing::TestWithParam<std::pair<const char*, const char*>> {
+ protected:
+  void SetUp() override {
+    plugin = load_plugin_file(fs::path(FAX_TEST_PLUGIN_DIR) / "fax_fedavg.so");
+    model = std::make_unique<SoftmaxRegression>(4, 3);
+    data = small_data({4});
+    extra_yaml = GetParam().second;
+  }
+};
+INSTANTIATE_TEST_SUITE_P(
+    Pipelines, AggregationContract,
+    ::testing::Values(
+        std::make_pair("top_k_error_feedback", "aggregation: [{top_k: {fraction: 0.2, error_feedback: true}}]\n"),
+        std::make_pair("random_k_error_feedback", "aggregation: [{random_k: {fraction: 0.3, error_feedback: true}}]\n"),
+        std::make_pair("quantize_error_feedback",
+                       "aggregation: [{clip: {norm: 0.5}}, {quantize: {bits: 3, error_feedback: true}}]\n"),
+        std::make_pair("clip_gaussian", "aggregation: [{clip: {norm: 0.1}}, {gaussian: {noise_multiplier: 0.5}}]\n"),
+        std::make_pair("krum_byzantine",
+                       "aggregation: [{krum: {byzantine: 0}}]\nclients: {byzantine: {fraction: 0.2, kind: random}}\n")),
+    [](const auto& info) { return std::string(info.param.first); });
+
+TEST_P(AggregationContract, RoundsHaveTheSameBitsOnOneAndTwoExecutors) { expect_same_bits_on_one_and_two_executors(); }
+
+TEST_P(AggregationContract, ACheckpointResumesWithTheBitsOfAnUninterruptedRun) {
+  expect_resume_with_the_bits_of_an_uninterrupted_run(std::string("aggregation-") + GetParam().first);
+}
+
 // A data set plugin: documented keys, valid defaults; what it loads depends on its files.
 class DatasetContract : public ::testing::TestWithParam<std::string> {};
 INSTANTIATE_TEST_SUITE_P(Found, DatasetContract, ::testing::ValuesIn(plugins_found(kDatasetPlugin)), plugin_file_name);

@@ -237,6 +237,28 @@ TensorTree unflatten(const at::Tensor& flat, const TensorTree& like) {
   return like.with_tensors(std::move(out));
 }
 
+at::Tensor flatten_rows(const TensorTree& a, at::ScalarType dtype) {
+  const int64_t n = leading_size(a);
+  std::vector<at::Tensor> parts;
+  for (const auto& [name, t] : a) parts.push_back(t.reshape({n, -1}).to(dtype));
+  return at::cat(parts, 1);
+}
+
+TensorTree unflatten_rows(const at::Tensor& flat, const TensorTree& like) {
+  const int64_t n = leading_size(like);
+  FAX_CHECK(flat.dim() == 2 && flat.size(0) == n && flat.size(1) * n == like.numel(),
+            "TensorTree unflatten_rows: a buffer of {} elements in {} dimensions for a tree of {} rows of {} elements",
+            flat.numel(), flat.dim(), n, n > 0 ? like.numel() / n : 0);
+  std::vector<at::Tensor> out;
+  int64_t offset = 0;
+  for (const auto& [name, t] : like) {
+    const int64_t size = n > 0 ? t.numel() / n : 0;
+    out.push_back(flat.narrow(1, offset, size).reshape(t.sizes()).to(t.scalar_type()));
+    offset += size;
+  }
+  return like.with_tensors(std::move(out));
+}
+
 TensorTree stack(const std::vector<TensorTree>& trees) {
   return combine_leaves(trees, "stack", [](const std::vector<at::Tensor>& xs) { return at::stack(xs); });
 }

@@ -11,7 +11,10 @@ TensorTree ClientStates::gather(const ClientChunk& chunk, const TensorTree& init
   std::lock_guard<std::mutex> lock(mutex_);
   for (int64_t i = 0; i < chunk.size; ++i) {
     const auto it = states_.find(chunk.client_id(i));
-    rows.push_back(it != states_.end() ? it->second : initial);
+    TensorTree row;
+    for (const auto& [name, t] : initial)
+      row.set(name, it != states_.end() && it->second.contains(name) ? it->second.at(name) : t);
+    rows.push_back(std::move(row));
   }
   return stack(rows);
 }
@@ -21,7 +24,10 @@ void ClientStates::scatter(const ClientChunk& chunk, const TensorTree& rows) {
   FAX_ASSERT(static_cast<int64_t>(per_client.size()) == chunk.size, "{} state rows for a chunk of {}",
              per_client.size(), chunk.size);
   std::lock_guard<std::mutex> lock(mutex_);
-  for (int64_t i = 0; i < chunk.size; ++i) states_[chunk.client_id(i)] = clone(per_client[i]);
+  for (int64_t i = 0; i < chunk.size; ++i) {
+    TensorTree& state = states_[chunk.client_id(i)];
+    for (const auto& [name, t] : per_client[i]) state.set(name, t.clone());
+  }
 }
 
 size_t ClientStates::size() const {

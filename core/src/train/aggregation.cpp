@@ -9,22 +9,35 @@
 #include <fax/base/error.h>
 #include <fax/base/rng.h>
 #include <fax/base/settings.h>
+#include <fax/spmd/client_states.h>
 #include <fax/spmd/primitives.h>
 #include <fax/train/privacy.h>
 
 namespace fax {
 
+// What a client stage sees of a chunk besides its updates.
+struct Aggregation::ClientRound {
+  const ClientChunk& chunk;
+  const at::Tensor& kept;  // [k]: 0 for a client dropped from the round (its row is zeros)
+  ClientStates& states;
+  TensorTree& stats;  // per-client statistics [k] for the round's metrics
+};
+
 struct Aggregation::Stage {
   virtual ~Stage() = default;
   // Client stages: a chunk's updates [k, ...] -> what the clients send.
-  virtual TensorTree client(const TensorTree& rows, TensorTree& /*stats*/) const { return rows; }
+  virtual TensorTree client(const TensorTree& rows, const ClientRound& /*round*/) const { return rows; }
   // Aggregators: the kept updates, flattened [n, P] -> the statistic [P].
   virtual at::Tensor aggregate(const at::Tensor& rows, int64_t /*round*/) const { return rows; }
   // Server stages: the sum of the updates -> what the server steps with.
   virtual TensorTree server(const TensorTree& sum, uint64_t, int64_t, int64_t, int64_t, TensorTree&) const { return sum; }
+  // Whether a derivative through the stage is the stage's (federated AD through the round).
+  virtual bool differentiable() const { return true; }
 };
 
 namespace {
+
+using ClientRound = Aggregation::ClientRound;
 
 constexpr const char* kClient = "client";
 constexpr const char* kAggregator = "aggregator";
@@ -37,6 +50,9 @@ constexpr const char* kMean = "mean";
 constexpr uint64_t kByzantineStream = 0x62797a;    // "byz"
 constexpr uint64_t kAttackStream = 0x61747461636b;  // "attack"
 constexpr uint64_t kNoiseStream = 0x6e6f697365;     // "noise"
+constexpr uint64_t kCompressStream = 0x636f6d70;    // "comp": stochastic rounding, random-k's coordinates
+// Error feedback's per-client residuals, in ClientStates beside any algorithm's state.
+const std::string kErrorState = "aggregation/error/";
 
 // --- clip: each update scaled to L2 norm at most `norm` (per_layer: each leaf to norm / sqrt(L)).
 struct ClipOptions {
@@ -54,7 +70,8 @@ struct Clip final : Aggregation::Stage {
   }
   explicit Clip(ClipOptions o) : o(o) {}
 
-  TensorTree client(const TensorTree& rows, TensorTree& stats) const override {
+  TensorTree client(const TensorTree& rows, const ClientRound& round) const override {
+    TensorTree& stats = round.stats;
     const auto factor = [](const at::Tensor& norms, double bound) {
       return (bound / norms.clamp_min(1e-12)).clamp_max(1.0);
     };
@@ -78,6 +95,145 @@ struct Clip final : Aggregation::Stage {
   }
 
   ClipOptions o;
+};
+
+// --- compression: what a client sends instead of its update, with the bits it takes (float
+// values count their dtype's width). With error feedback (Karimireddy et al. 2019) a client adds
+// what compression lost in its earlier rounds before compressing, and keeps the new loss.
+struct Compressor : Aggregation::Stage {
+  explicit Compressor(bool error_feedback) : error_feedback(error_feedback) {}
+  bool differentiable() const override { return false; }
+
+  TensorTree client(const TensorTree& rows, const ClientRound& round) const override {
+    at::Tensor flat = flatten_rows(rows, at::kDouble);
+    TensorTree residual;
+    if (error_feedback) {
+      TensorTree zeros;
+      for (const auto& [name, t] : rows) zeros.set(kErrorState + name, at::zeros_like(t[0]));
+      residual = round.states.gather(round.chunk, zeros);
+      flat = flat + flatten_rows(residual, at::kDouble);
+    }
+    const int64_t value_bits = static_cast<int64_t>(rows.begin()->second.element_size()) * 8;
+    at::Tensor bits = at::zeros({flat.size(0)}, at::kDouble);
+    const at::Tensor sent = compress(flat, rows, round.chunk, value_bits, bits);
+    if (error_feedback) {
+      // A dropped client sent nothing: its residual stays.
+      const at::Tensor kept = round.kept.to(at::kBool).view({-1, 1});
+      const at::Tensor left = at::where(kept, flat - sent, flatten_rows(residual, at::kDouble));
+      round.states.scatter(round.chunk, unflatten_rows(left, residual));
+    }
+    round.stats.set("aggregation/bits_sent", bits);
+    return unflatten_rows(sent, rows);
+  }
+  // flat [k, P] (double; `like`: the leaves) -> what is sent [k, P]; the bits of each row into `bits`.
+  virtual at::Tensor compress(const at::Tensor& flat, const TensorTree& like, const ClientChunk& chunk,
+                              int64_t value_bits, at::Tensor& bits) const = 0;
+
+  // A generator per client and round, so a client's draws do not depend on its chunk.
+  static at::Generator generator(const ClientChunk& chunk, int64_t i) {
+    return client_generator(chunk.program.seed() ^ kCompressStream, chunk.program.round(), chunk.client_id(i));
+  }
+
+  bool error_feedback;
+};
+
+const char* const kErrorFeedbackHelp =
+    "keep what compression lost on each client (checkpointed) and add it to its next update";
+
+// quantize: each tensor of an update to 2^b levels spread evenly over its [min, max] (which are
+// sent too, as two values); stochastic rounding is unbiased, deterministic rounds to nearest.
+struct QuantizeOptions {
+  int64_t bits = 8;
+  bool stochastic = true;
+  bool error_feedback = false;
+};
+
+struct Quantize final : Compressor {
+  static const Settings<QuantizeOptions>& settings() {
+    static const Settings<QuantizeOptions> table = Settings<QuantizeOptions>()
+        .add("bits", &QuantizeOptions::bits, "b: 2^b levels per tensor", in(1, 16))
+        .add("stochastic", &QuantizeOptions::stochastic,
+             "round up with probability the distance to the level below (unbiased); false: to the nearest level")
+        .add("error_feedback", &QuantizeOptions::error_feedback, kErrorFeedbackHelp);
+    return table;
+  }
+  explicit Quantize(QuantizeOptions o) : Compressor(o.error_feedback), o(o) {}
+
+  at::Tensor compress(const at::Tensor& flat, const TensorTree& like, const ClientChunk& chunk, int64_t value_bits,
+                      at::Tensor& bits) const override {
+    const int64_t k = flat.size(0);
+    at::Tensor uniform;
+    if (o.stochastic) {
+      std::vector<at::Tensor> draws;
+      for (int64_t i = 0; i < k; ++i) {
+        at::Generator g = generator(chunk, i);
+        draws.push_back(at::rand({flat.size(1)}, g, at::kDouble));
+      }
+      uniform = at::stack(draws);
+    }
+    const double levels = std::ldexp(1.0, static_cast<int>(o.bits)) - 1;
+    std::vector<at::Tensor> parts;
+    int64_t offset = 0;
+    for (const auto& [name, t] : like) {
+      const int64_t size = k > 0 ? t.numel() / k : 0;
+      const at::Tensor x = flat.narrow(1, offset, size);
+      const at::Tensor lo = x.amin(1, true), hi = x.amax(1, true);
+      // A constant tensor is its minimum: any step reproduces it.
+      const at::Tensor step = ((hi - lo) / levels).masked_fill(hi.eq(lo), 1.0);
+      const at::Tensor v = (x - lo) / step;
+      const at::Tensor q = (o.stochastic ? (v + uniform.narrow(1, offset, size)).floor() : v.round()).clamp(0, levels);
+      parts.push_back(lo + q * step);
+      bits += static_cast<double>(size * o.bits + 2 * value_bits);
+      offset += size;
+    }
+    return at::cat(parts, 1);
+  }
+
+  QuantizeOptions o;
+};
+
+// top_k / random_k: keep k = ceil(fraction P) of an update's P values, the largest in magnitude
+// (sent with their indices) or drawn from the client's seed (which the server shares: values
+// only). random_k scales what it keeps by P / k, unbiased, unless error feedback carries the rest.
+struct SparsifyOptions {
+  double fraction = 0.01;
+  bool error_feedback = false;
+};
+
+const Settings<SparsifyOptions>& sparsify_settings() {
+  static const Settings<SparsifyOptions> table = Settings<SparsifyOptions>()
+      .add("fraction", &SparsifyOptions::fraction, "share of each update's values sent (k = ceil(fraction P))",
+           above(0, 1))
+      .add("error_feedback", &SparsifyOptions::error_feedback, kErrorFeedbackHelp);
+  return table;
+}
+
+template <bool Random>
+struct Sparsify final : Compressor {
+  explicit Sparsify(SparsifyOptions o) : Compressor(o.error_feedback), o(o) {}
+
+  at::Tensor compress(const at::Tensor& flat, const TensorTree&, const ClientChunk& chunk, int64_t value_bits,
+                      at::Tensor& bits) const override {
+    const int64_t k = flat.size(0), p = flat.size(1);
+    const auto kept = std::min(p, static_cast<int64_t>(std::ceil(o.fraction * static_cast<double>(p))));
+    at::Tensor index;
+    if constexpr (Random) {
+      std::vector<at::Tensor> rows;
+      for (int64_t i = 0; i < k; ++i) {
+        at::Generator g = generator(chunk, i);
+        rows.push_back(at::randperm(p, g, at::kLong).narrow(0, 0, kept));
+      }
+      index = at::stack(rows);
+    } else {
+      index = std::get<1>(flat.abs().topk(kept, 1));
+    }
+    const double factor = Random && !error_feedback ? static_cast<double>(p) / static_cast<double>(kept) : 1.0;
+    const int64_t index_bits = Random ? 0 : static_cast<int64_t>(std::ceil(std::log2(static_cast<double>(p))));
+    bits.fill_(static_cast<double>(kept * (value_bits + index_bits)));
+    return at::zeros_like(flat).scatter(1, index, flat.gather(1, index) * factor);
+  }
+
+  SparsifyOptions o;
 };
 
 // --- gaussian: N(0, (z C)^2) on the sum of the clipped updates, with the RDP ledger.
@@ -209,6 +365,12 @@ const std::vector<StageEntry>& registry() {
   static const std::vector<StageEntry> stages = [] {
     std::vector<StageEntry> s;
     s.push_back(entry<Clip>("clip", kClient, "scale each client's update to L2 norm at most C", Clip::settings()));
+    s.push_back(entry<Quantize>("quantize", kClient, "each tensor of an update to 2^b evenly spaced levels",
+                                Quantize::settings()));
+    s.push_back(entry<Sparsify<false>>("top_k", kClient, "send only the largest share of each update's values",
+                                       sparsify_settings()));
+    s.push_back(entry<Sparsify<true>>("random_k", kClient, "send a random share of each update's values (scaled by P / k)",
+                                      sparsify_settings()));
     s.push_back(entry<Mean>(kMean, kAggregator,
                             "the example-weighted mean (uniform with gaussian): what a pipeline without an aggregator "
                             "takes, to set against the robust ones", none));
@@ -226,6 +388,10 @@ const std::vector<StageEntry>& registry() {
 }
 
 bool robust(const StageEntry& e) { return e.info.role == kAggregator && e.info.name != kMean; }
+
+bool compresses(const StageEntry& e) {
+  return e.info.name == "quantize" || e.info.name == "top_k" || e.info.name == "random_k";
+}
 
 std::vector<std::string> split_stages(const std::string& text) {
   std::vector<std::string> names;
@@ -254,6 +420,7 @@ const StageEntry& find_stage(const std::string& name, const std::string& where) 
 std::vector<const StageEntry*> parse_stages(const std::string& text, const std::string& where) {
   std::vector<const StageEntry*> out;
   const StageEntry* aggregator = nullptr;
+  const StageEntry* compressor = nullptr;
   bool clipped = false, server = false;
   for (const std::string& name : split_stages(text)) {
     FAX_CHECK(!name.empty(), "{}: aggregation.stages '{}' has an empty stage name", where, text);
@@ -264,6 +431,13 @@ std::vector<const StageEntry*> parse_stages(const std::string& text, const std::
     if (role == kClient) {
       FAX_CHECK(aggregator == nullptr && !server, "{}: '{}' transforms each client's update, so it comes before '{}'",
                 where, name, aggregator != nullptr ? aggregator->info.name : "the server stages");
+      FAX_CHECK(compressor == nullptr || !compresses(e),
+                "{}: '{}' and '{}' both compress the update; a pipeline has one compression stage (the bits one "
+                "counts are not what the other sends)", where, compressor == nullptr ? "" : compressor->info.name, name);
+      FAX_CHECK(compressor == nullptr, "{}: '{}' comes before '{}': a client sends its update compressed, so it is "
+                                       "transformed before it is compressed", where, name,
+                compressor == nullptr ? "" : compressor->info.name);
+      if (compresses(e)) compressor = &e;
       clipped = clipped || name == "clip";
     } else if (role == kAggregator) {
       FAX_CHECK(aggregator == nullptr, "{}: '{}' and '{}' both replace the mean; a pipeline has one aggregator", where,
@@ -278,6 +452,9 @@ std::vector<const StageEntry*> parse_stages(const std::string& text, const std::
                 where, name, aggregator == nullptr ? "" : aggregator->info.name);
       FAX_CHECK(clipped, "{}: '{}' needs a clip stage before it: without a bound on each update the noise protects "
                          "nothing", where, name);
+      FAX_CHECK(compressor == nullptr,
+                "{}: '{}' is calibrated to the clip norm, which '{}' does not preserve (rounding, rescaling and error "
+                "feedback can send more than C)", where, name, compressor == nullptr ? "" : compressor->info.name);
       server = true;
     }
     out.push_back(&e);
@@ -359,7 +536,12 @@ bool Aggregation::byzantine(int64_t client) const {
   return !byzantine_.empty() && byzantine_.at(static_cast<size_t>(client));
 }
 
-TensorTree Aggregation::client_side(const ClientChunk& chunk, const TensorTree& rows, TensorTree& stats) const {
+bool Aggregation::differentiable() const {
+  return std::all_of(stages_.begin(), stages_.end(), [](const auto& s) { return s->differentiable(); });
+}
+
+TensorTree Aggregation::client_side(const ClientChunk& chunk, const TensorTree& rows, const at::Tensor& kept,
+                                    ClientStates& states, TensorTree& stats) const {
   TensorTree out = rows;
   if (!byzantine_.empty()) {
     at::Tensor flags = at::zeros({chunk.size}, at::kDouble);
@@ -384,26 +566,17 @@ TensorTree Aggregation::client_side(const ClientChunk& chunk, const TensorTree& 
     out = cat(sent);
     stats.set("aggregation/byzantine_share", flags);
   }
+  const ClientRound round{chunk, kept, states, stats};
   for (size_t s = 0; s < stages_.size(); ++s)
-    if (roles_[s] == kClient) out = stages_[s]->client(out, stats);
+    if (roles_[s] == kClient) out = stages_[s]->client(out, round);
   return out;
 }
 
 TensorTree Aggregation::aggregate(const TensorTree& rows, int64_t round) const {
   for (size_t s = 0; s < stages_.size(); ++s) {
     if (roles_[s] != kAggregator) continue;
-    const int64_t n = leading_size(rows);
-    std::vector<at::Tensor> parts;
-    for (const auto& [name, t] : rows) parts.push_back(t.reshape({n, -1}).to(at::kDouble));
-    const at::Tensor statistic = stages_[s]->aggregate(at::cat(parts, 1), round);
-    TensorTree out;
-    int64_t offset = 0;
-    for (const auto& [name, t] : rows) {
-      const int64_t size = t[0].numel();
-      out.set(name, statistic.narrow(0, offset, size).view(t[0].sizes()).to(t.scalar_type()));
-      offset += size;
-    }
-    return out;
+    const at::Tensor statistic = stages_[s]->aggregate(flatten_rows(rows, at::kDouble), round);
+    return unflatten_rows(statistic.unsqueeze(0), narrow(rows, 0, 1)).map([](const at::Tensor& t) { return t[0]; });
   }
   throw Error("Aggregation::aggregate: the pipeline has no aggregator");
 }

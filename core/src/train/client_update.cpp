@@ -170,7 +170,7 @@ RoundUpdate gathered_update(const RoundContext& ctx, const TensorTree& params, c
   const ClientUpdates local = train_clients(ctx, broadcast(Server<TensorTree>(params)), training);
   const auto sent = map_clients([&](const ClientChunk& chunk, const TensorTree& deltas, const at::Tensor& kept) {
     TensorTree stats;
-    TensorTree rows = aggregation.client_side(chunk, deltas, stats);
+    TensorTree rows = aggregation.client_side(chunk, deltas, kept, ctx.client_states, stats);
     for (const auto& [name, t] : stats) rows.set(kStat + name, t * kept.to(t.scalar_type()));
     return rows;
   }, local.deltas, local.kept);
@@ -180,8 +180,9 @@ RoundUpdate gathered_update(const RoundContext& ctx, const TensorTree& params, c
   TensorTree gathered;
   for (const auto& [name, p] : params)
     gathered.set(name, collect(Clients<at::Tensor>(sent.value().at(name))).value().index_select(0, which));
-  RoundUpdate update{local.losses, local.weights, local.kept, aggregation.aggregate(gathered, ctx.round), {}};
-  const TensorTree stats = prefixed(unprefixed(sent.value(), kStat), kStat);
+  RoundUpdate update{local.losses, local.weights, local.kept, aggregation.aggregate(gathered, ctx.round), {}, {}};
+  update.client_metrics = unprefixed(sent.value(), kStat);
+  const TensorTree stats = prefixed(update.client_metrics, kStat);
   if (!stats.empty()) update.metrics = stat_metrics(sum(Clients<TensorTree>(stats)).value(), kept.sum());
   return update;
 }
@@ -193,6 +194,9 @@ RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params
   static const Aggregation plain_mean;
   const Aggregation& aggregation = ctx.aggregation != nullptr ? *ctx.aggregation : plain_mean;
   ctx.aggregated = true;
+  FAX_CHECK(!training.create_graph || aggregation.differentiable(),
+            "aggregation {}: compression has no derivative to take; federated AD through the round (e.g. "
+            "hypergrad_fedavg) needs a pipeline without quantize, top_k or random_k", aggregation.describe());
   if (aggregation.gathers()) return gathered_update(ctx, params, training, aggregation);
   const bool plain = aggregation.plain();
   const auto start = broadcast(Server<TensorTree>(params));
@@ -211,13 +215,17 @@ RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params
         const at::Tensor weights = aggregation.uniform() ? kept : examples;
         TensorTree stats;
         const TensorTree deltas = plain ? deltas_of(trained, input_weight)
-                                        : aggregation.client_side(chunk, deltas_of(trained), stats);
+                                        : aggregation.client_side(chunk, deltas_of(trained), kept,
+                                                                  ctx.client_states, stats);
         ChunkRows result;
         result.sum = scale_rows(deltas, weights);
         if (input) result.summed.set(input_weight, input_layer_sum(trained, input_weight, weights));
         result.sum.set(kWeight, weights);
         if (!stats.empty()) result.sum.set(kKept, kept);
-        for (const auto& [name, t] : stats) result.sum.set(kStat + name, t * kept.to(t.scalar_type()));
+        for (const auto& [name, t] : stats) {
+          result.sum.set(kStat + name, t * kept.to(t.scalar_type()));
+          result.keep.set(kStat + name, t * kept.to(t.scalar_type()));
+        }
         result.keep.set(kLoss, trained.at(kLoss));
         result.keep.set(kKept, kept);
         result.keep.set(kWeight, examples);
@@ -230,7 +238,7 @@ RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params
   FAX_CHECK(total.item<double>() > 0, "round {}: every client's update was not finite", ctx.round + 1);
   const TensorTree& keep = out.keep.value();
   RoundUpdate update{Clients<at::Tensor>(keep.at(kLoss)), Clients<at::Tensor>(keep.at(kWeight)),
-                     Clients<at::Tensor>(keep.at(kKept)), {}, {}};
+                     Clients<at::Tensor>(keep.at(kKept)), {}, {}, unprefixed(keep, kStat)};
   TensorTree summed;  // in the model's order
   for (const auto& [name, p] : params) summed.set(name, sums.at(name));
   if (aggregation.uniform()) {
@@ -255,6 +263,9 @@ RoundMetrics round_metrics(const RoundContext& ctx, const RoundUpdate& update) {
                      static_cast<double>(ctx.program.cohort_size()) - sum(update.kept).value().detach());
   metrics.clients.emplace_back("train_loss", Clients<at::Tensor>(update.losses.value().detach()));
   for (const auto& [name, t] : update.metrics) metrics.server.set(name, t.detach());
+  // Per client under the statistic's own name: aggregation/bits_sent -> /clients/bits_sent.
+  for (const auto& [name, t] : update.client_metrics)
+    metrics.clients.emplace_back(name.substr(name.rfind('/') + 1), Clients<at::Tensor>(t.detach()));
   return metrics;
 }
 

@@ -100,6 +100,10 @@ TensorTree cat(const std::vector<TensorTree>& trees);
 /// Size of the leading axis, shared by every leaf (error if leaves disagree or the tree is empty).
 int64_t leading_size(const TensorTree& a);
 
+/// Per row of the leading (clients) axis, every leaf's elements side by side, as `dtype`: [rows, P].
+at::Tensor flatten_rows(const TensorTree& a, at::ScalarType dtype);
+/// Inverse of flatten_rows(): cuts `flat` [rows, P] into leaves with the names, shapes and dtypes of `like`.
+TensorTree unflatten_rows(const at::Tensor& flat, const TensorTree& like);
 /// Per row of the leading (clients) axis, the sum of every element of every leaf: [rows].
 at::Tensor row_sums(const TensorTree& a);
 /// Per row of the leading (clients) axis: true when every value of every leaf is finite ([rows] bool).

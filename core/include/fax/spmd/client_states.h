@@ -15,10 +15,13 @@ namespace fax {
 /// result does not depend on how clients map to executors. Saved in checkpoints.
 class ClientStates {
  public:
-  /// The states of a chunk's clients stacked along a clients axis; a client seen for the first time
-  /// gets `initial` (a tree without the clients axis).
+  /// The leaves named in `initial` (a tree without the clients axis) of the states of a chunk's
+  /// clients, stacked along a clients axis; a leaf a client does not have yet is `initial`'s.
+  /// Leaves are how users of the states share them (SCAFFOLD's control variates under the
+  /// parameters' names, error feedback under aggregation/...).
   TensorTree gather(const ClientChunk& chunk, const TensorTree& initial) const;
-  /// Stores rows [k, ...] as the new states of the chunk's clients.
+  /// Stores rows [k, ...] as the new values of those leaves for the chunk's clients, keeping
+  /// their other leaves.
   void scatter(const ClientChunk& chunk, const TensorTree& rows);
 
   size_t size() const;

@@ -3,7 +3,9 @@
 // The aggregation pipeline: how a round combines its clients' updates into the server's mean
 // (README "Aggregation"). Configured as `aggregation: [{clip: {norm: 1}}, {gaussian: {...}}]`, a
 // list of stages in three roles, in this order:
-//   client stages   transform each update before anything is combined (clip);
+//   client stages   transform each update before anything is combined (clip), then at most one
+//                   compresses it (quantize, top_k, random_k; optionally with error feedback,
+//                   whose residuals live in ClientStates);
 //   an aggregator   replaces the mean with a robust statistic of the updates (median,
 //                   trimmed_mean, krum); it sees every update, so it gathers them;
 //   server stages   act on the sum (gaussian: DP noise, with its privacy ledger).
@@ -25,6 +27,7 @@
 namespace fax {
 
 struct ClientChunk;
+class ClientStates;
 
 /// A stage as `fax-run plugins` lists it.
 struct AggregationStageInfo {
@@ -67,10 +70,15 @@ class Aggregation {
   /// The stages, for messages: "clip, gaussian".
   std::string describe() const;
 
+  /// Whether derivatives through the pipeline are its own (compression has none).
+  bool differentiable() const;
+
   /// A chunk's updates [k, ...] as its clients send them: the byzantine clients' attack, then the
-  /// client stages in order. Per-client statistics for the round's metrics are added to `stats`
-  /// (name -> [k], summed over the cohort and divided by its size: shares and means).
-  TensorTree client_side(const ClientChunk& chunk, const TensorTree& rows, TensorTree& stats) const;
+  /// client stages in order. `kept` [k] is 0 for a client dropped from the round; `states` holds
+  /// error feedback's residuals. Per-client statistics for the round's metrics are added to
+  /// `stats` (name -> [k], summed over the cohort and divided by its size: shares and means).
+  TensorTree client_side(const ClientChunk& chunk, const TensorTree& rows, const at::Tensor& kept,
+                         ClientStates& states, TensorTree& stats) const;
   /// The aggregator's statistic of the kept updates [n, ...] (gathers()).
   TensorTree aggregate(const TensorTree& rows, int64_t round) const;
   /// The server stages on the sum of the updates of a round with `cohort` clients drawn from
@@ -81,6 +89,7 @@ class Aggregation {
   bool byzantine(int64_t client) const;
 
   struct Stage;
+  struct ClientRound;
 
  private:
   std::vector<std::shared_ptr<const Stage>> stages_;

@@ -71,6 +71,9 @@ struct RoundUpdate {
   Clients<at::Tensor> kept;     ///< as in ClientUpdates
   TensorTree mean;  ///< sum(n_i delta_i) / sum(n_i): the server's pseudo-gradient
   TensorTree metrics;  ///< the aggregation pipeline's server metrics (0-dim), for round_metrics
+  /// The client stages' statistics of this executor's clients (name -> [local clients], 0 for a
+  /// dropped client), logged per client by round_metrics.
+  TensorTree client_metrics;
 };
 
 /// broadcast(params) -> the client half -> weighted mean of the deltas by example count (dropped
