@@ -70,6 +70,22 @@ PY
     "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/r1.h5" "$WORK/r2.h5" 4 || fail "1 and 2 executors differ"
     "$PYTHON" -c 'import sys, h5py; s = h5py.File(sys.argv[1])["metrics/aggregation/byzantine_share"][()]; assert (s > 0).any() and (s < 1).all(), s' \
       "$WORK/r1.h5" || fail "no byzantine share logged"
+    # Quantized updates through a pair-masked secure sum: what each client sent is logged per client
+    # (b bits per value), with the share of its values the grid clipped; the sum's overflows per round.
+    { sed '/^# Written by/,$d' "$experiment"
+      echo "aggregation: [{clip: {norm: 0.5}}, {quantize: {bits: 4}}, {secure_sum: {bits: 16, range: 0.5, masks: true}}]"; } \
+      > "$WORK/secure.yaml"
+    run_expect 0 "" -- "$FAX_RUN" run "$WORK/secure.yaml" -q -o "$WORK/secure.h5" --set rounds=3 --set logging.per_client=true
+    "$PYTHON" - "$WORK/secure.h5" <<'PY' || fail "secure_sum's metrics"
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1])
+bits, clipped = f["clients/bits_sent"][()], f["clients/secure_clipped"][()]
+assert bits.shape == f["clients/id"].shape and bits.shape[0] == 3, bits.shape
+assert np.all(bits == bits[0, 0]) and bits[0, 0] > 0 and bits[0, 0] % 16 == 0, bits
+assert np.all(f["metrics/aggregation/bits_sent"][()] == bits[0, 0])
+assert np.all((clipped >= 0) & (clipped <= 1)), clipped
+assert len(f["metrics/aggregation/secure_overflows"][()]) == 3
+PY
     # Refused: an algorithm that combines updates itself, stages that do not compose, a bad entry.
     run_expect 2 "algorithm scaffold combines its clients' updates itself, not through mean_client_update" -- \
       "$FAX_RUN" run "$WORK/dp.yaml" -q -o "$WORK/scaffold.h5" --set rounds=2 --set algorithm.name=scaffold
@@ -86,6 +102,7 @@ PY
     # fax-run plugins lists the stages with their keys.
     run_expect 0 "" -- "$FAX_RUN" plugins
     grep -q "^gaussian  (server stage)" "$WORK/stdout" && grep -q "aggregation.krum.select" "$WORK/stdout" \
+      && grep -q "^secure_sum  (sum stage)" "$WORK/stdout" && grep -q "aggregation.secure_sum.masks" "$WORK/stdout" \
       || fail "plugins does not list the stages: $(cat "$WORK/stdout")"
     ;;
   factored_bitwise)

@@ -264,5 +264,94 @@ TEST_P(PrimitivesTest, SecondOrderThroughPrimitives) {
                                               at::randn({3}, f64));
 }
 
+// secure_sum: on its grid it is the sum exactly, with or without pair masks; past the range a
+// client's value is clipped and the sum wraps modulo 2^b, as worked out by hand below.
+TEST_P(PrimitivesTest, SecureSumIsTheSumOnItsGridAndWrapsPastIt) {
+  const at::Tensor on_grid = at::randint(-4000, 4000, {5, 2, 3}, f64) / 4096.0;  // bits 16, range 8: step 2^-12
+  for (const bool masks : {false, true}) {
+    const SecureSum s({16, 8.0, masks});
+    EXPECT_EQ(s.step(), 1.0 / 4096);
+    const at::Tensor out = mesh.run(cohort, [&](Program& p) {
+      return Server<at::Tensor>(secure_sum(Clients<TensorTree>(TensorTree{{"x", p.local_rows(on_grid).value()}}), s)
+                                    .value().at("x"));
+    }).value();
+    EXPECT_TRUE(at::equal(out, on_grid.sum(0))) << "masks " << masks << out << on_grid.sum(0);
+  }
+  // Bits 4, range 1: integers -8..7 in steps of 1/8. Five clients send (0.25, 3, -0.125): 3 is
+  // clipped to 7/8; the sums 10/8 and 35/8 wrap to (10 - 16)/8 and (35 - 32)/8.
+  const at::Tensor row = at::tensor({0.25, 3.0, -0.125}, f64);
+  const SecureSum small({4, 1.0, true});
+  const at::Tensor out = mesh.run(cohort, [&](Program& p) {
+    const at::Tensor rows = row.expand({p.local_size(), 3});
+    std::vector<TensorTree> signed_rows;
+    at::Tensor clipped = at::zeros({p.local_size()}, f64);
+    for (const ClientChunk& c : detail::chunks(p, 0)) {
+      at::Tensor share = clipped.narrow(0, c.begin, c.size);
+      signed_rows.emplace_back();
+      small.encode(c, TensorTree{{"x", rows.narrow(0, c.begin, c.size)}}, share, &signed_rows.back());
+    }
+    const TensorTree signed_sum = sum(Clients<TensorTree>(cat(signed_rows))).value();
+    const at::Tensor value = secure_sum(Clients<TensorTree>(TensorTree{{"x", rows}}), small).value().at("x");
+    const at::Tensor overflows = at::scalar_tensor(static_cast<double>(small.overflows(signed_sum)), f64);
+    return Server<at::Tensor>(at::cat({value, overflows.view({1}), collect(Clients<at::Tensor>(clipped)).value()}));
+  }).value();
+  EXPECT_TRUE(at::equal(out.narrow(0, 0, 3), at::tensor({-0.75, 0.375, -0.625}, f64))) << out;
+  EXPECT_EQ(out[3].item<double>(), 2.0) << "two coordinates wrapped";
+  EXPECT_TRUE(at::equal(out.narrow(0, 4, 5), at::full({5}, 1.0 / 3, f64))) << "one value in three clipped";
+}
+
+// The derivative of a secure sum is a sum's, to second order: the same gradient and the same
+// Hessian-vector product as the plain sum (the function is linear in the sum, so the rounding
+// of the value does not enter them).
+TEST_P(PrimitivesTest, SecureSumDerivativesAreTheSumsToSecondOrder) {
+  const at::Tensor data = at::randn({5, 3}, f64), x0 = at::randn({3}, f64), u = at::randn({3}, f64),
+                   v = at::randn({3}, f64);
+  const SecureSum s({32, 64.0, true});
+  const auto derivatives = [&](bool secure) {
+    return mesh.run(cohort, [&](Program& p) {
+      const at::Tensor x = x0.clone().requires_grad_(true);
+      const auto l = map_clients([](const at::Tensor& a, const at::Tensor& d) { return at::sin(a * d) * a; },
+                                 broadcast(Server<at::Tensor>(x)), p.local_rows(data));
+      const Clients<TensorTree> rows(TensorTree{{"l", l.value()}});
+      const at::Tensor total = (secure ? secure_sum(rows, s) : sum(rows)).value().at("l");
+      const at::Tensor g = torch::autograd::grad({(total * u).sum()}, {x}, {}, true, true)[0];
+      const at::Tensor h = torch::autograd::grad({(g * v).sum()}, {x})[0];
+      return Server<at::Tensor>(at::stack({total.detach(), g.detach(), h}));
+    }).value();
+  };
+  const at::Tensor plain = derivatives(false), secure = derivatives(true);
+  EXPECT_TRUE(at::equal(secure[1], plain[1])) << secure[1] << plain[1];
+  EXPECT_TRUE(at::equal(secure[2], plain[2])) << secure[2] << plain[2];
+  EXPECT_GT(plain[2].abs().max().item<double>(), 1e-3) << "a zero Hessian checks nothing";
+  EXPECT_TRUE(at::allclose(secure[0], plain[0], 0, 3 * s.step()));
+  EXPECT_FALSE(at::equal(secure[0], plain[0])) << "values off the grid were not rounded";
+}
+
+// With pair masks a client's message alone is uniform modulo 2^b whatever it encodes (chi-square
+// over the 16 residues of b = 4, 1,600 values a client); without, the same check fails.
+TEST_P(PrimitivesTest, PairMaskedMessagesAreUniform) {
+  const at::Tensor values = at::full({5, 1600}, 0.5, f64);
+  const auto chi_square = [&](bool masks) {
+    const SecureSum s({4, 1.0, masks});
+    return mesh.run(cohort, [&](Program& p) {
+      std::vector<at::Tensor> per_client;
+      for (const ClientChunk& c : detail::chunks(p, 0)) {
+        at::Tensor clipped = at::zeros({c.size}, f64);
+        const at::Tensor sent =
+            s.encode(c, TensorTree{{"x", p.local_rows(values).value().narrow(0, c.begin, c.size)}}, clipped).at("x");
+        for (int64_t i = 0; i < c.size; ++i) {
+          const at::Tensor counts = at::bincount(sent[i], {}, 16).to(at::kDouble);
+          per_client.push_back(((counts - 100).pow(2) / 100).sum());
+        }
+      }
+      return collect(Clients<at::Tensor>(at::stack(per_client)));
+    }).value();
+  };
+  // 15 degrees of freedom: P(chi-square > 42.6) = 1e-4.
+  const at::Tensor masked = chi_square(true), clear = chi_square(false);
+  EXPECT_LT(masked.max().item<double>(), 42.6) << masked;
+  EXPECT_GT(clear.min().item<double>(), 42.6) << clear;
+}
+
 }  // namespace
 }  // namespace fax

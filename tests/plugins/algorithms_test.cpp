@@ -333,6 +333,14 @@ TEST_F(AlgorithmsTest, HypergradientMatchesFiniteDifferencesInTheClientLr) {
   const double numeric = (post_round(lr + h) - post_round(lr - h)) / (2 * h);
   EXPECT_NEAR(metrics.at("hyper/client_lr_grad").item<double>(), numeric, 1e-7);
   EXPECT_GT(std::abs(numeric), 1e-4) << "a flat objective checks nothing";
+
+  // Through a secure sum (whose adjoint is a broadcast) on a fine grid: the same hypergradient,
+  // to within what the grid changes of the update.
+  use_aggregation("secure_sum", {"aggregation.secure_sum.range=64", "aggregation.secure_sum.masks=true"});
+  run_plugin("hypergrad_fedavg", {"client_lr=0.3", "local_epochs=2", "batch_size=0", "server_lr=0.8", "hyper_lr=0",
+                                  "learn_client_lr=true", "client_hyper_lr=0"}, 1, &metrics);
+  EXPECT_NEAR(metrics.at("hyper/client_lr_grad").item<double>(), numeric, 1e-6);
+  EXPECT_EQ(metrics.at("aggregation/secure_overflows").item<double>(), 0);
 }
 
 // DP-FedAvg without noise: clipped updates, summed, divided by the cohort size; adaptive clipping
@@ -532,6 +540,56 @@ TEST_F(AlgorithmsTest, CompressionStagesMatchHandComputedRounds) {
   EXPECT_EQ(metrics.at("aggregation/bits_sent").item<double>(), 2 * 64);  // values only: the server knows the seed
 }
 
+// secure_sum in FedAvg's round: each client's example-weighted update rounded to the grid,
+// clipped to it, summed as integers, wrapped modulo 2^b; worked out here with the wrap written as
+// ((S + 2^(b-1)) mod 2^b) - 2^(b-1). A wide range is the plain round to within the grid; a narrow
+// one wraps, and the overflows and clipped values are counted.
+TEST_F(AlgorithmsTest, SecureSumStageMatchesHandComputedRounds) {
+  const std::vector<std::string> fedavg{"client_lr=0.5", "batch_size=0"};
+  const ServerState plain = run_plugin("fedavg", fedavg, 1);
+  struct Expected {
+    at::Tensor w, b;
+    double overflows = 0, clipped = 0;
+  };
+  const auto by_hand = [&](double range, int bits) {
+    const double step = 2 * range / std::ldexp(1.0, bits), half = std::ldexp(1.0, bits - 1);
+    at::Tensor total = at::zeros({8}, at::kLong);
+    Expected e;
+    for (int64_t i = 0; i < 3; ++i) {
+      // Weighted by example count over the cohort's mean count.
+      const at::Tensor q = (weight(i) * 3 / total_weight() * flat_update(i, 1, 0.5) / step).round();
+      e.clipped += q.lt(-half).logical_or(q.gt(half - 1)).to(at::kDouble).mean().item<double>() / 3;
+      total += q.clamp(-half, half - 1).to(at::kLong);
+    }
+    const auto h = static_cast<int64_t>(half);
+    e.overflows = total.lt(-h).logical_or(total.gt(h - 1)).sum().item<double>();
+    const at::Tensor mean = (((total + h).remainder(2 * h) - h).to(at::kDouble) * step) / 3;
+    e.w = initial.at("w") - mean.narrow(0, 0, 6).view({3, 2});
+    e.b = initial.at("b") - mean.narrow(0, 6, 2);
+    return e;
+  };
+  TensorTree metrics;
+  for (const double range : {4.0, 0.01}) {
+    use_aggregation("secure_sum", {"aggregation.secure_sum.bits=12", "aggregation.secure_sum.range=" + std::to_string(range),
+                                   "aggregation.secure_sum.masks=true"});
+    const ServerState secure = run_plugin("fedavg", fedavg, 1, &metrics);
+    const Expected e = by_hand(range, 12);
+    EXPECT_TRUE(at::allclose(secure.params.at("w"), e.w, 1e-12, 1e-14)) << range << secure.params.at("w") << e.w;
+    EXPECT_TRUE(at::allclose(secure.params.at("b"), e.b, 1e-12, 1e-14)) << range;
+    EXPECT_EQ(metrics.at("aggregation/secure_overflows").item<double>(), e.overflows) << range;
+    EXPECT_NEAR(metrics.at("aggregation/secure_clipped").item<double>(), e.clipped, 1e-15) << range;
+    EXPECT_EQ(metrics.at("aggregation/bits_sent").item<double>(), 8 * 12);
+    if (range > 1) {
+      EXPECT_EQ(e.overflows + e.clipped, 0) << "the wide range must hold every value and the sum";
+      const double step = 2 * range / 4096;
+      EXPECT_TRUE(at::allclose(secure.params.at("w"), plain.params.at("w"), 0, step / 2));
+    } else {
+      EXPECT_GT(e.overflows, 0) << "the narrow range must wrap";
+      EXPECT_GT(e.clipped, 0) << "the narrow range must clip";
+    }
+  }
+}
+
 // Stochastic quantization is unbiased: over many seeds the mean of one-bit FedAvg rounds is the
 // plain round's to within its standard error; deterministic rounding, biased, is not.
 TEST_F(AlgorithmsTest, StochasticQuantizationIsUnbiased) {
@@ -604,7 +662,12 @@ TEST(AggregationTest, RefusesStagesThatDoNotCompose) {
   refused("median,clip", "'clip' transforms each client's update, so it comes before 'median'");
   refused("clip,gaussian,median", "'median' comes before the server stages");
   refused("mean,median", "'mean' and 'median' both replace the mean");
-  refused("clip,medain", "unknown aggregation stage 'medain' (known: clip, quantize, top_k, random_k, mean, median, trimmed_mean, krum, gaussian)");
+  refused("clip,medain", "unknown aggregation stage 'medain' (known: clip, quantize, top_k, random_k, mean, median, trimmed_mean, krum, secure_sum, gaussian)");
+  refused("secure_sum,median", "'median' needs every client's update, and after 'secure_sum' the server sees only their sum");
+  refused("krum,secure_sum", "'secure_sum' sums the updates, but 'krum' before it already replaced their sum");
+  refused("secure_sum,clip", "'clip' transforms each client's update, so it comes before 'secure_sum'");
+  refused("clip,gaussian,secure_sum", "'secure_sum' comes before the server stages");
+  EXPECT_EQ(aggregation_keys("clip,secure_sum,gaussian", "x").size(), 7u);
   EXPECT_EQ(aggregation_keys("clip,mean,gaussian", "x").size(), 4u);
   refused("clip,,median", "has an empty stage name");
   refused("quantize,top_k", "'quantize' and 'top_k' both compress the update");

@@ -10,3 +10,4 @@
 #include <fax/spmd/ordered_sum.h>
 #include <fax/spmd/placement.h>
 #include <fax/spmd/primitives.h>
+#include <fax/spmd/secure_sum.h>

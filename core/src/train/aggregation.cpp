@@ -11,6 +11,7 @@
 #include <fax/base/settings.h>
 #include <fax/spmd/client_states.h>
 #include <fax/spmd/primitives.h>
+#include <fax/spmd/secure_sum.h>
 #include <fax/train/privacy.h>
 
 namespace fax {
@@ -33,6 +34,8 @@ struct Aggregation::Stage {
   virtual TensorTree server(const TensorTree& sum, uint64_t, int64_t, int64_t, int64_t, TensorTree&) const { return sum; }
   // Whether a derivative through the stage is the stage's (federated AD through the round).
   virtual bool differentiable() const { return true; }
+  // The sum stage: how the updates are summed (secure_sum); none: in the clear.
+  virtual const SecureSum* secure() const { return nullptr; }
 };
 
 namespace {
@@ -41,6 +44,7 @@ using ClientRound = Aggregation::ClientRound;
 
 constexpr const char* kClient = "client";
 constexpr const char* kAggregator = "aggregator";
+constexpr const char* kSum = "sum";
 constexpr const char* kServer = "server";
 // The aggregator that is no statistic of its own: the mean a pipeline takes anyway, written out so
 // a sweep can set it against robust aggregators.
@@ -53,6 +57,10 @@ constexpr uint64_t kNoiseStream = 0x6e6f697365;     // "noise"
 constexpr uint64_t kCompressStream = 0x636f6d70;    // "comp": stochastic rounding, random-k's coordinates
 // Error feedback's per-client residuals, in ClientStates beside any algorithm's state.
 const std::string kErrorState = "aggregation/error/";
+// Beside secure_sum's integers in the summed rows: their unmasked signed values (to count where
+// the protocol's sum wrapped) and, under federated AD, the float rows the derivative flows through.
+const std::string kSigned = "__secure/signed/";
+const std::string kPlain = "__secure/plain/";
 
 // --- clip: each update scaled to L2 norm at most `norm` (per_layer: each leaf to norm / sqrt(L)).
 struct ClipOptions {
@@ -236,6 +244,25 @@ struct Sparsify final : Compressor {
   SparsifyOptions o;
 };
 
+// --- secure_sum: the updates summed as integers modulo 2^b (fax/spmd/secure_sum.h).
+struct SecureSumStage final : Aggregation::Stage {
+  static const Settings<SecureSumOptions>& settings() {
+    static const Settings<SecureSumOptions> table = Settings<SecureSumOptions>()
+        .add("bits", &SecureSumOptions::bits, "b: every value and the sum are integers modulo 2^b", in(2, 32))
+        .add("range", &SecureSumOptions::range,
+             "R: the fixed-point grid covers [-R, R) in steps of 2R / 2^b; a value outside is clipped to it, a sum "
+             "outside wraps around (both counted)", positive())
+        .add("masks", &SecureSumOptions::masks,
+             "add per-pair masks that cancel in the sum (each client's message alone is uniform mod 2^b; costs "
+             "cohort x update size draws per client)");
+    return table;
+  }
+  explicit SecureSumStage(SecureSumOptions o) : sum(o) {}
+  const SecureSum* secure() const override { return &sum; }
+
+  SecureSum sum;
+};
+
 // --- gaussian: N(0, (z C)^2) on the sum of the clipped updates, with the RDP ledger.
 struct GaussianOptions {
   double noise_multiplier = 1.0;
@@ -379,6 +406,10 @@ const std::vector<StageEntry>& registry() {
                                    "coordinate-wise mean without the largest and smallest share", TrimmedMean::settings()));
     s.push_back(entry<Krum>("krum", kAggregator, "Krum / multi-Krum: the mean of the updates closest to their neighbours",
                             Krum::settings()));
+    s.push_back(entry<SecureSumStage>("secure_sum", kSum,
+                                      "secure aggregation, simulated: updates on a fixed-point grid summed modulo "
+                                      "2^b (wrapping on overflow), optionally pair-masked; the server sees the sum only",
+                                      SecureSumStage::settings()));
     s.push_back(entry<Gaussian>("gaussian", kServer,
                                 "Gaussian noise on the sum of the clipped updates (DP), epsilon logged every round",
                                 Gaussian::settings()));
@@ -421,6 +452,7 @@ std::vector<const StageEntry*> parse_stages(const std::string& text, const std::
   std::vector<const StageEntry*> out;
   const StageEntry* aggregator = nullptr;
   const StageEntry* compressor = nullptr;
+  const StageEntry* summer = nullptr;
   bool clipped = false, server = false;
   for (const std::string& name : split_stages(text)) {
     FAX_CHECK(!name.empty(), "{}: aggregation.stages '{}' has an empty stage name", where, text);
@@ -429,8 +461,10 @@ std::vector<const StageEntry*> parse_stages(const std::string& text, const std::
       FAX_CHECK(before != &e, "{}: aggregation stage '{}' is listed twice", where, name);
     const std::string& role = e.info.role;
     if (role == kClient) {
-      FAX_CHECK(aggregator == nullptr && !server, "{}: '{}' transforms each client's update, so it comes before '{}'",
-                where, name, aggregator != nullptr ? aggregator->info.name : "the server stages");
+      FAX_CHECK(aggregator == nullptr && summer == nullptr && !server,
+                "{}: '{}' transforms each client's update, so it comes before '{}'", where, name,
+                aggregator != nullptr ? aggregator->info.name
+                                      : summer != nullptr ? summer->info.name : "the server stages");
       FAX_CHECK(compressor == nullptr || !compresses(e),
                 "{}: '{}' and '{}' both compress the update; a pipeline has one compression stage (the bits one "
                 "counts are not what the other sends)", where, compressor == nullptr ? "" : compressor->info.name, name);
@@ -444,7 +478,16 @@ std::vector<const StageEntry*> parse_stages(const std::string& text, const std::
                 aggregator == nullptr ? "" : aggregator->info.name, name);
       FAX_CHECK(!server, "{}: '{}' comes before the server stages, which act on what it makes of the updates", where,
                 name);
+      FAX_CHECK(summer == nullptr || !robust(e),
+                "{}: '{}' needs every client's update, and after '{}' the server sees only their sum", where, name,
+                summer == nullptr ? "" : summer->info.name);
       aggregator = &e;
+    } else if (role == kSum) {
+      FAX_CHECK(aggregator == nullptr || !robust(*aggregator),
+                "{}: '{}' sums the updates, but '{}' before it already replaced their sum with a robust statistic "
+                "(which needs every update in the clear)", where, name, aggregator == nullptr ? "" : aggregator->info.name);
+      FAX_CHECK(!server, "{}: '{}' comes before the server stages, which act on the sum it produces", where, name);
+      summer = &e;
     } else {
       FAX_CHECK(aggregator == nullptr || !robust(*aggregator),
                 "{}: '{}' is calibrated to a sum of clipped updates; after '{}' (a robust statistic, not a sum) its "
@@ -512,6 +555,7 @@ Aggregation::Aggregation(const Config& config, int64_t population, uint64_t seed
     if (e->info.name == "clip") clip = config.get_float(prefix + ".norm");
     stages_.push_back(e->make(config, prefix, clip));
     roles_.push_back(e->info.role);
+    if (stages_.back()->secure() != nullptr) secure_ = stages_.back()->secure();
   }
   const double fraction = config.get_float("clients.byzantine.fraction");
   if (fraction > 0) {
@@ -570,6 +614,37 @@ TensorTree Aggregation::client_side(const ClientChunk& chunk, const TensorTree& 
   for (size_t s = 0; s < stages_.size(); ++s)
     if (roles_[s] == kClient) out = stages_[s]->client(out, round);
   return out;
+}
+
+TensorTree Aggregation::send(const ClientChunk& chunk, const TensorTree& weighted, TensorTree& stats) const {
+  if (secure_ == nullptr) return weighted;
+  at::Tensor clipped = at::zeros({chunk.size}, at::kDouble);
+  TensorTree signed_rows;
+  TensorTree out = secure_->encode(chunk, weighted, clipped, &signed_rows);
+  for (const auto& [name, t] : signed_rows) out.set(kSigned + name, t);
+  const auto tensors = weighted.tensors();
+  if (at::GradMode::is_enabled() && std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) { return t.requires_grad(); })) {
+    for (const auto& [name, t] : weighted) out.set(kPlain + name, t);
+  }
+  stats.set("aggregation/secure_clipped", clipped);
+  // What travels is b bits per value, whatever a compressor made of the values before.
+  const int64_t values = chunk.size > 0 ? weighted.numel() / chunk.size : 0;
+  stats.set("aggregation/bits_sent", at::full({chunk.size}, static_cast<double>(values * secure_->options().bits), at::kDouble));
+  return out;
+}
+
+TensorTree Aggregation::receive(const TensorTree& sums, const TensorTree& like, TensorTree& metrics) const {
+  TensorTree summed;
+  for (const auto& [name, p] : like) summed.set(name, sums.at(name));
+  if (secure_ == nullptr) return summed;
+  TensorTree signed_sum, plain;
+  for (const auto& [name, p] : like) {
+    signed_sum.set(name, sums.at(kSigned + name));
+    if (sums.contains(kPlain + name)) plain.set(name, sums.at(kPlain + name));
+  }
+  metrics.set("aggregation/secure_overflows", at::scalar_tensor(static_cast<double>(secure_->overflows(signed_sum)), at::kDouble));
+  const TensorTree decoded = secure_->decode(summed, like);
+  return plain.empty() ? decoded : with_sum_derivative(decoded, plain);
 }
 
 TensorTree Aggregation::aggregate(const TensorTree& rows, int64_t round) const {

@@ -207,18 +207,24 @@ RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params
   // update whole, so with them the input layer is an ordinary leaf.
   const std::optional<InputLayer> input = plain ? ctx.model.input_layer() : std::nullopt;
   const std::string input_weight = input ? input->weight : "";
+  // secure_sum's range is in units of updates: a weight is a client's example count over the
+  // cohort's mean count (public once the counts are summed), so the sum is of n updates' size.
+  const double secure_scale =
+      aggregation.secure() && !aggregation.uniform()
+          ? static_cast<double>(ctx.program.cohort_size()) / sum(ctx.example_counts()).value().item<double>()
+          : 1.0;
   const MappedSum out = map_sum_clients(
       [&](const ClientChunk& chunk, const TensorTree& rows, const at::Tensor& rates, const at::Tensor& counts) {
         const TensorTree trained = train_chunk(ctx, training, chunk, rows, rates, input.has_value());
         const at::Tensor& kept = trained.at(kKept);
         const at::Tensor examples = counts.to(kept.scalar_type()) * kept;
-        const at::Tensor weights = aggregation.uniform() ? kept : examples;
+        const at::Tensor weights = aggregation.uniform() ? kept : secure_scale == 1.0 ? examples : examples * secure_scale;
         TensorTree stats;
         const TensorTree deltas = plain ? deltas_of(trained, input_weight)
                                         : aggregation.client_side(chunk, deltas_of(trained), kept,
                                                                   ctx.client_states, stats);
         ChunkRows result;
-        result.sum = scale_rows(deltas, weights);
+        result.sum = aggregation.send(chunk, scale_rows(deltas, weights), stats);
         if (input) result.summed.set(input_weight, input_layer_sum(trained, input_weight, weights));
         result.sum.set(kWeight, weights);
         if (!stats.empty()) result.sum.set(kKept, kept);
@@ -239,17 +245,15 @@ RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params
   const TensorTree& keep = out.keep.value();
   RoundUpdate update{Clients<at::Tensor>(keep.at(kLoss)), Clients<at::Tensor>(keep.at(kWeight)),
                      Clients<at::Tensor>(keep.at(kKept)), {}, {}, unprefixed(keep, kStat)};
-  TensorTree summed;  // in the model's order
-  for (const auto& [name, p] : params) summed.set(name, sums.at(name));
+  if (sums.contains(kKept)) update.metrics = stat_metrics(sums, sums.at(kKept));
+  const TensorTree summed = aggregation.receive(sums, params, update.metrics);  // in the model's order
   if (aggregation.uniform()) {
     // Each kept client counted once; the noised sum over the cohort size, which does not depend
     // on who was kept (a data-dependent denominator would leak).
-    update.metrics = stat_metrics(sums, sums.at(kKept));
     const int64_t n = ctx.program.cohort_size();
     update.mean = scale(aggregation.server_side(summed, ctx.program.seed(), ctx.round, n, ctx.data.num_clients(),
                                                 update.metrics), 1.0 / static_cast<double>(n));
   } else {
-    if (sums.contains(kKept)) update.metrics = stat_metrics(sums, sums.at(kKept));
     for (const auto& [name, t] : summed) update.mean.set(name, t / total);
   }
   return update;

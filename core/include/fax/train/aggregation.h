@@ -8,6 +8,7 @@
 //                   whose residuals live in ClientStates);
 //   an aggregator   replaces the mean with a robust statistic of the updates (median,
 //                   trimmed_mean, krum); it sees every update, so it gathers them;
+//   or a sum stage  sums them another way: secure_sum, integers modulo 2^b (fax/spmd/secure_sum.h);
 //   server stages   act on the sum (gaussian: DP noise, with its privacy ledger).
 // Without stages a round takes FedAvg's example-weighted mean. With gaussian each client counts
 // once (a weight would scale its sensitivity) and the noised sum is divided by the cohort size, as
@@ -28,6 +29,7 @@ namespace fax {
 
 struct ClientChunk;
 class ClientStates;
+class SecureSum;
 
 /// A stage as `fax-run plugins` lists it.
 struct AggregationStageInfo {
@@ -70,6 +72,8 @@ class Aggregation {
   /// The stages, for messages: "clip, gaussian".
   std::string describe() const;
 
+  /// Whether the updates are summed by secure_sum (on its fixed-point grid).
+  bool secure() const { return secure_ != nullptr; }
   /// Whether derivatives through the pipeline are its own (compression has none).
   bool differentiable() const;
 
@@ -79,6 +83,13 @@ class Aggregation {
   /// `stats` (name -> [k], summed over the cohort and divided by its size: shares and means).
   TensorTree client_side(const ClientChunk& chunk, const TensorTree& rows, const at::Tensor& kept,
                          ClientStates& states, TensorTree& stats) const;
+  /// What a chunk's clients send to be summed, from their weighted updates [k, ...] (after
+  /// client_side): the updates themselves, or secure_sum's integers (with what the simulation
+  /// needs beside them); secure_sum's per-client statistics go to `stats`.
+  TensorTree send(const ClientChunk& chunk, const TensorTree& weighted, TensorTree& stats) const;
+  /// The sum of the updates, the leaves of `like`, from the sum over the cohort of what send()
+  /// returned; secure_sum's overflow count is set in `metrics`.
+  TensorTree receive(const TensorTree& sums, const TensorTree& like, TensorTree& metrics) const;
   /// The aggregator's statistic of the kept updates [n, ...] (gathers()).
   TensorTree aggregate(const TensorTree& rows, int64_t round) const;
   /// The server stages on the sum of the updates of a round with `cohort` clients drawn from
@@ -94,6 +105,7 @@ class Aggregation {
  private:
   std::vector<std::shared_ptr<const Stage>> stages_;
   std::vector<std::string> roles_, names_;  // per stage
+  const SecureSum* secure_ = nullptr;  // the sum stage's, in stages_
   std::vector<bool> byzantine_;  // by client id; empty: none
   std::string attack_;
   double attack_scale_ = 1.0;
