@@ -590,6 +590,74 @@ TEST_F(AlgorithmsTest, SecureSumStageMatchesHandComputedRounds) {
   }
 }
 
+// Gaussian noise after stages that round: its scale is z times the bound on one client's
+// contribution, the clip norm grown by the rounding (deterministic 2-bit quantize: by
+// sqrt(6) C / 3, 6 the largest tensor's size; secure_sum: by sqrt(P) step / 2), and on a secure
+// sum the noise is added to the integers, then wrapped. Worked out by hand for both; stages
+// whose output has no bound are refused.
+TEST_F(AlgorithmsTest, GaussianAfterRoundingStagesMatchesHandComputedRounds) {
+  const double clip = 0.05, z = 0.7;
+  const std::vector<std::string> fedavg{"client_lr=0.5", "batch_size=0"};
+  const auto clipped = [&](int64_t i) {
+    const at::Tensor d = flat_update(i, 1, 0.5);
+    return d * std::min(1.0, clip / d.norm().item<double>());
+  };
+  const auto noise = [&] {
+    at::Generator g = server_generator(0, 0, 0x6e6f697365);
+    const at::Tensor w = at::randn({3, 2}, g, at::kDouble), b = at::randn({2}, g, at::kDouble);
+    return at::cat({w.flatten(), b});
+  };
+  TensorTree metrics;
+  const auto expect_round = [&](const at::Tensor& mean, const char* what) {
+    const ServerState s = run_plugin("fedavg", fedavg, 1, &metrics);
+    EXPECT_TRUE(at::allclose(s.params.at("w"), initial.at("w") - mean.narrow(0, 0, 6).view({3, 2}), 1e-12, 1e-14)) << what;
+    EXPECT_TRUE(at::allclose(s.params.at("b"), initial.at("b") - mean.narrow(0, 6, 2), 1e-12, 1e-14)) << what;
+  };
+
+  use_aggregation("clip,quantize,gaussian", {"aggregation.clip.norm=0.05", "aggregation.quantize.bits=2",
+                                             "aggregation.quantize.stochastic=false",
+                                             "aggregation.gaussian.noise_multiplier=0.7"});
+  at::Tensor total = at::zeros({8}, at::kDouble);
+  for (int64_t i = 0; i < 3; ++i) {
+    const at::Tensor u = clipped(i);
+    for (const at::Tensor& x : {u.narrow(0, 0, 6), u.narrow(0, 6, 2)}) {
+      const double lo = x.min().item<double>(), hi = x.max().item<double>(), h = (hi - lo) / 3;
+      total.narrow(0, x.data_ptr<double>() - u.data_ptr<double>(), x.numel()) += lo + ((x - lo) / h).round() * h;
+    }
+  }
+  const double quantized = clip * (1 + std::sqrt(6.0) / 3);
+  expect_round((total + noise() * z * quantized) / 3, "clip, quantize, gaussian");
+  EXPECT_NEAR(metrics.at("privacy/sensitivity").item<double>(), quantized, 1e-15);
+
+  // bits 8, range 0.02: the noise (z S ~ 0.035) pushes some coordinates of the sum past 0.02,
+  // where they wrap.
+  use_aggregation("clip,secure_sum,gaussian", {"aggregation.clip.norm=0.05", "aggregation.secure_sum.bits=8",
+                                               "aggregation.secure_sum.range=0.02",
+                                               "aggregation.gaussian.noise_multiplier=0.7"});
+  const double step = 0.04 / 256, secured = clip + std::sqrt(8.0) * step / 2;
+  at::Tensor integers = at::zeros({8}, at::kDouble);
+  for (int64_t i = 0; i < 3; ++i) integers += (clipped(i) / step).round().clamp(-128, 127);
+  const at::Tensor noised = (integers + (noise() * z * secured / step).round()).to(at::kLong);
+  const at::Tensor wrapped = (noised + 128).remainder(256) - 128;
+  EXPECT_FALSE(at::equal(wrapped, noised)) << "nothing wrapped: the case checks less than it says";
+  expect_round(wrapped.to(at::kDouble) * step / 3, "clip, secure_sum, gaussian");
+  EXPECT_NEAR(metrics.at("privacy/sensitivity").item<double>(), secured, 1e-15);
+
+  for (const auto& [stages, settings, message] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"clip,random_k,gaussian", "aggregation.random_k.fraction=0.5",
+            "'gaussian' needs a bound on what one client contributes, and 'random_k' gives none: its P / k rescaling"},
+           {"clip,top_k,gaussian", "aggregation.top_k.error_feedback=true",
+            "and 'top_k' gives none: with error_feedback a client adds its earlier remainders"}}) {
+    try {
+      use_aggregation(stages, {settings});
+      ADD_FAILURE() << stages << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+}
+
 // Stochastic quantization is unbiased: over many seeds the mean of one-bit FedAvg rounds is the
 // plain round's to within its standard error; deterministic rounding, biased, is not.
 TEST_F(AlgorithmsTest, StochasticQuantizationIsUnbiased) {
@@ -672,7 +740,7 @@ TEST(AggregationTest, RefusesStagesThatDoNotCompose) {
   refused("clip,,median", "has an empty stage name");
   refused("quantize,top_k", "'quantize' and 'top_k' both compress the update");
   refused("top_k,clip", "'clip' comes before 'top_k': a client sends its update compressed");
-  refused("clip,quantize,gaussian", "'gaussian' is calibrated to the clip norm, which 'quantize' does not preserve");
+  EXPECT_EQ(aggregation_keys("clip,quantize,gaussian", "x").size(), 7u);
   EXPECT_EQ(aggregation_keys("clip,random_k,median", "x").size(), 4u);
   EXPECT_EQ(aggregation_keys("clip,gaussian", "x").size(), 4u);
   EXPECT_EQ(aggregation_keys("", "x").size(), 0u);

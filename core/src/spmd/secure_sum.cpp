@@ -119,6 +119,13 @@ TensorTree SecureSum::decode(const TensorTree& sum, const TensorTree& like) cons
   return out;
 }
 
+TensorTree SecureSum::wrap(const TensorTree& values) const {
+  const int64_t modulus = int64_t{1} << o_.bits;
+  return decode(values.map([&](const at::Tensor& t) {
+    return (t.to(at::kDouble) / step_).round().to(at::kLong).bitwise_and(modulus - 1);
+  }), values);
+}
+
 int64_t SecureSum::overflows(const TensorTree& signed_sum) const {
   const int64_t half = int64_t{1} << (o_.bits - 1);
   int64_t count = 0;

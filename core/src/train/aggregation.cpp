@@ -36,6 +36,10 @@ struct Aggregation::Stage {
   virtual bool differentiable() const { return true; }
   // The sum stage: how the updates are summed (secure_sum); none: in the clear.
   virtual const SecureSum* secure() const { return nullptr; }
+  // For DP: a bound on the L2 norm of what the stage passes on for one client whose update has
+  // norm at most `bound` (the sum's leaves `like` give the sizes), and why there is none if not.
+  virtual double norm_bound(double bound, const TensorTree& /*like*/) const { return bound; }
+  virtual std::string unbounded() const { return ""; }
 };
 
 namespace {
@@ -102,6 +106,8 @@ struct Clip final : Aggregation::Stage {
     return out;
   }
 
+  double norm_bound(double bound, const TensorTree&) const override { return std::min(bound, o.norm); }
+
   ClipOptions o;
 };
 
@@ -111,6 +117,11 @@ struct Clip final : Aggregation::Stage {
 struct Compressor : Aggregation::Stage {
   explicit Compressor(bool error_feedback) : error_feedback(error_feedback) {}
   bool differentiable() const override { return false; }
+  std::string unbounded() const override {
+    return error_feedback ? "with error_feedback a client adds its earlier remainders, so what it sends has no norm bound "
+                            "(and the remainders are private state the noise does not cover)"
+                          : "";
+  }
 
   TensorTree client(const TensorTree& rows, const ClientRound& round) const override {
     at::Tensor flat = flatten_rows(rows, at::kDouble);
@@ -197,6 +208,16 @@ struct Quantize final : Compressor {
     return at::cat(parts, 1);
   }
 
+  // Rounding a tensor of n values moves each by less than its step (stochastic; half of it when
+  // deterministic), and the step is at most 2 max|x| / (2^b - 1) <= 2 |x|_2 / (2^b - 1): so the
+  // error is below 2 sqrt(n) |x| / (2^b - 1) (n: the largest tensor) and the bound grows by that.
+  double norm_bound(double bound, const TensorTree& like) const override {
+    int64_t largest = 0;
+    for (const auto& [name, t] : like) largest = std::max(largest, t.numel());
+    const double levels = std::ldexp(1.0, static_cast<int>(o.bits)) - 1;
+    return bound * (1 + (o.stochastic ? 2.0 : 1.0) * std::sqrt(static_cast<double>(largest)) / levels);
+  }
+
   QuantizeOptions o;
 };
 
@@ -219,6 +240,12 @@ const Settings<SparsifyOptions>& sparsify_settings() {
 template <bool Random>
 struct Sparsify final : Compressor {
   explicit Sparsify(SparsifyOptions o) : Compressor(o.error_feedback), o(o) {}
+  // top_k only drops values; random_k's P / k scaling multiplies the bound by P / k.
+  std::string unbounded() const override {
+    if (Random && !error_feedback)
+      return "its P / k rescaling multiplies the clip bound by P / k (use top_k, which only drops values)";
+    return Compressor::unbounded();
+  }
 
   at::Tensor compress(const at::Tensor& flat, const TensorTree&, const ClientChunk& chunk, int64_t value_bits,
                       at::Tensor& bits) const override {
@@ -259,6 +286,11 @@ struct SecureSumStage final : Aggregation::Stage {
   }
   explicit SecureSumStage(SecureSumOptions o) : sum(o) {}
   const SecureSum* secure() const override { return &sum; }
+  // Rounding to the grid moves each of the P values by at most half a step; clipping to the
+  // range only shrinks them.
+  double norm_bound(double bound, const TensorTree& like) const override {
+    return bound + std::sqrt(static_cast<double>(like.numel())) * sum.step() / 2;
+  }
 
   SecureSum sum;
 };
@@ -273,19 +305,25 @@ struct Gaussian final : Aggregation::Stage {
   static const Settings<GaussianOptions>& settings() {
     static const Settings<GaussianOptions> table = Settings<GaussianOptions>()
         .add("noise_multiplier", &GaussianOptions::noise_multiplier,
-             "z: the noise on the sum has standard deviation z C (C: the clip stage's norm)", positive())
+             "z: the noise on the sum has standard deviation z S (S: the bound on one client's contribution: "
+             "the clip norm C, grown by the rounding of quantize or secure_sum after it)", positive())
         .add("delta", &GaussianOptions::delta, "delta of the (epsilon, delta) the ledger reports", above(0, 1));
     return table;
   }
-  Gaussian(GaussianOptions o, double clip) : o(o), clip(clip) {}
+  // `before`: the stages before it, which bound what one client contributes.
+  Gaussian(GaussianOptions o, std::vector<std::shared_ptr<const Aggregation::Stage>> before)
+      : o(o), before(std::move(before)) {}
 
   TensorTree server(const TensorTree& sum, uint64_t seed, int64_t round, int64_t cohort, int64_t population,
                     TensorTree& metrics) const override {
+    double sensitivity = std::numeric_limits<double>::infinity();
+    for (const auto& stage : before) sensitivity = stage->norm_bound(sensitivity, sum);
     at::Generator g = server_generator(seed, round, kNoiseStream);
     const TensorTree noised = sum.map([&](const at::Tensor& t) {
       const at::Tensor noise = at::randn(t.sizes(), g, t.options().dtype(at::kDouble)).to(t.scalar_type());
-      return t + noise * (o.noise_multiplier * clip);
+      return t + noise * (o.noise_multiplier * sensitivity);
     });
+    metrics.set("privacy/sensitivity", at::scalar_tensor(sensitivity, at::kDouble));
     // Cohorts are drawn without replacement at a fixed size and accounted as Poisson sampling at
     // rate cohort / population (as TensorFlow Privacy does); README "Aggregation" says so.
     const double q = static_cast<double>(cohort) / static_cast<double>(population);
@@ -295,7 +333,7 @@ struct Gaussian final : Aggregation::Stage {
   }
 
   GaussianOptions o;
-  double clip;
+  std::vector<std::shared_ptr<const Aggregation::Stage>> before;
 };
 
 // --- median: the coordinate-wise median (the mean of the two middle values for an even count).
@@ -369,15 +407,17 @@ struct Krum final : Aggregation::Stage {
 
 struct StageEntry {
   AggregationStageInfo info;
-  // Builds the stage from the config; `clip` is the norm of the clip stage before it (0: none).
-  std::function<std::shared_ptr<const Aggregation::Stage>(const Config&, const std::string& prefix, double clip)> make;
+  // Builds the stage from the config and the stages before it.
+  using Before = std::vector<std::shared_ptr<const Aggregation::Stage>>;
+  std::function<std::shared_ptr<const Aggregation::Stage>(const Config&, const std::string& prefix, const Before&)> make;
 };
 
 template <class S, class O>
 StageEntry entry(const char* name, const char* role, const char* description, const Settings<O>& settings) {
   StageEntry e{{name, role, description, settings.keys()}, {}};
-  e.make = [&settings](const Config& config, const std::string& prefix, double clip) -> std::shared_ptr<const Aggregation::Stage> {
-    if constexpr (std::is_same_v<S, Gaussian>) return std::make_shared<S>(settings.read(config, prefix), clip);
+  e.make = [&settings](const Config& config, const std::string& prefix,
+                       const StageEntry::Before& before) -> std::shared_ptr<const Aggregation::Stage> {
+    if constexpr (std::is_same_v<S, Gaussian>) return std::make_shared<S>(settings.read(config, prefix), before);
     else if constexpr (std::is_same_v<O, NoOptions>) return std::make_shared<S>();
     else return std::make_shared<S>(settings.read(config, prefix));
   };
@@ -495,9 +535,6 @@ std::vector<const StageEntry*> parse_stages(const std::string& text, const std::
                 where, name, aggregator == nullptr ? "" : aggregator->info.name);
       FAX_CHECK(clipped, "{}: '{}' needs a clip stage before it: without a bound on each update the noise protects "
                          "nothing", where, name);
-      FAX_CHECK(compressor == nullptr,
-                "{}: '{}' is calibrated to the clip norm, which '{}' does not preserve (rounding, rescaling and error "
-                "feedback can send more than C)", where, name, compressor == nullptr ? "" : compressor->info.name);
       server = true;
     }
     out.push_back(&e);
@@ -547,13 +584,20 @@ bool aggregation_gathers(const std::string& stages) {
 
 Aggregation::Aggregation(const Config& config, int64_t population, uint64_t seed) {
   const std::string where = config.origin("aggregation.stages").str();
-  double clip = 0;
+  std::vector<std::string> made;  // the names of stages_
   for (const StageEntry* e : parse_stages(config.get_string("aggregation.stages"), where)) {
     const std::string prefix = "aggregation." + e->info.name;
     names_.push_back(e->info.name);
     if (e->info.name == kMean) continue;
-    if (e->info.name == "clip") clip = config.get_float(prefix + ".norm");
-    stages_.push_back(e->make(config, prefix, clip));
+    if (e->info.role == kServer) {
+      for (size_t s = 0; s < stages_.size(); ++s) {
+        const std::string why = stages_[s]->unbounded();
+        FAX_CHECK(why.empty(), "{}: '{}' needs a bound on what one client contributes, and '{}' gives none: {}", where,
+                  e->info.name, made[s], why);
+      }
+    }
+    stages_.push_back(e->make(config, prefix, stages_));
+    made.push_back(e->info.name);
     roles_.push_back(e->info.role);
     if (stages_.back()->secure() != nullptr) secure_ = stages_.back()->secure();
   }
@@ -659,9 +703,19 @@ TensorTree Aggregation::aggregate(const TensorTree& rows, int64_t round) const {
 TensorTree Aggregation::server_side(const TensorTree& sum, uint64_t seed, int64_t round, int64_t cohort,
                                     int64_t population, TensorTree& metrics) const {
   TensorTree out = sum;
-  for (size_t s = 0; s < stages_.size(); ++s)
-    if (roles_[s] == kServer) out = stages_[s]->server(out, seed, round, cohort, population, metrics);
-  return out;
+  bool noised = false;
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    if (roles_[s] != kServer) continue;
+    out = stages_[s]->server(out, seed, round, cohort, population, metrics);
+    noised = true;
+  }
+  // Noise on a secure sum is added inside the modulus, as clients adding shares of it to their
+  // integers would (distributed DP): on the grid, then wrapped. Post-processing of the noised sum,
+  // so a wrap cannot undo the privacy the noise gives.
+  if (!noised || secure_ == nullptr) return out;
+  const auto leaves = out.tensors();
+  const bool graph = std::any_of(leaves.begin(), leaves.end(), [](const at::Tensor& t) { return t.requires_grad(); });
+  return graph ? with_sum_derivative(secure_->wrap(out), out) : secure_->wrap(out);
 }
 
 }  // namespace fax

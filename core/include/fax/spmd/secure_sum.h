@@ -41,6 +41,9 @@ class SecureSum {
   /// The server's value of a sum of what clients sent: modulo 2^b, as a signed integer, times the
   /// step, in the dtype of `like`'s leaves.
   TensorTree decode(const TensorTree& sum, const TensorTree& like) const;
+  /// Values (no clients axis) rounded to the grid and wrapped into [-R, R), as integers modulo 2^b
+  /// are: what noise added to a secure sum's integers leaves.
+  TensorTree wrap(const TensorTree& values) const;
   /// How many coordinates of the signed sum left the grid's integers (and wrapped in decode).
   int64_t overflows(const TensorTree& signed_sum) const;
 
