@@ -268,14 +268,14 @@ TEST_P(PrimitivesTest, SecondOrderThroughPrimitives) {
 // client's value is clipped and the sum wraps modulo 2^b, as worked out by hand below.
 TEST_P(PrimitivesTest, SecureSumIsTheSumOnItsGridAndWrapsPastIt) {
   const at::Tensor on_grid = at::randint(-4000, 4000, {5, 2, 3}, f64) / 4096.0;  // bits 16, range 8: step 2^-12
-  for (const bool masks : {false, true}) {
-    const SecureSum s({16, 8.0, masks});
+  for (const auto& [masks, neighbors] : {std::pair{false, 0}, std::pair{true, 0}, std::pair{true, 2}}) {
+    const SecureSum s({16, 8.0, masks, neighbors});
     EXPECT_EQ(s.step(), 1.0 / 4096);
     const at::Tensor out = mesh.run(cohort, [&](Program& p) {
       return Server<at::Tensor>(secure_sum(Clients<TensorTree>(TensorTree{{"x", p.local_rows(on_grid).value()}}), s)
                                     .value().at("x"));
     }).value();
-    EXPECT_TRUE(at::equal(out, on_grid.sum(0))) << "masks " << masks << out << on_grid.sum(0);
+    EXPECT_TRUE(at::equal(out, on_grid.sum(0))) << "masks " << masks << " neighbors " << neighbors << out;
   }
   // Bits 4, range 1: integers -8..7 in steps of 1/8. Five clients send (0.25, 3, -0.125): 3 is
   // clipped to 7/8; the sums 10/8 and 35/8 wrap to (10 - 16)/8 and (35 - 32)/8.
@@ -331,8 +331,8 @@ TEST_P(PrimitivesTest, SecureSumDerivativesAreTheSumsToSecondOrder) {
 // over the 16 residues of b = 4, 1,600 values a client); without, the same check fails.
 TEST_P(PrimitivesTest, PairMaskedMessagesAreUniform) {
   const at::Tensor values = at::full({5, 1600}, 0.5, f64);
-  const auto chi_square = [&](bool masks) {
-    const SecureSum s({4, 1.0, masks});
+  const auto chi_square = [&](bool masks, int64_t neighbors) {
+    const SecureSum s({4, 1.0, masks, neighbors});
     return mesh.run(cohort, [&](Program& p) {
       std::vector<at::Tensor> per_client;
       for (const ClientChunk& c : detail::chunks(p, 0)) {
@@ -348,8 +348,9 @@ TEST_P(PrimitivesTest, PairMaskedMessagesAreUniform) {
     }).value();
   };
   // 15 degrees of freedom: P(chi-square > 42.6) = 1e-4.
-  const at::Tensor masked = chi_square(true), clear = chi_square(false);
+  const at::Tensor masked = chi_square(true, 0), ring = chi_square(true, 2), clear = chi_square(false, 0);
   EXPECT_LT(masked.max().item<double>(), 42.6) << masked;
+  EXPECT_LT(ring.max().item<double>(), 42.6) << ring;
   EXPECT_GT(clear.min().item<double>(), 42.6) << clear;
 }
 

@@ -103,7 +103,7 @@ INSTANTIATE_TEST_SUITE_P(
                        "aggregation: [{clip: {norm: 0.5}}, {quantize: {bits: 3, error_feedback: true}}]\n"),
         std::make_pair("clip_gaussian", "aggregation: [{clip: {norm: 0.1}}, {gaussian: {noise_multiplier: 0.5}}]\n"),
         std::make_pair("secure_sum_masked_dp",
-                       "aggregation: [{clip: {norm: 0.5}}, {secure_sum: {bits: 20, range: 2, masks: true}}, "
+                       "aggregation: [{clip: {norm: 0.5}}, {secure_sum: {bits: 20, range: 2, masks: true, neighbors: 2}}, "
                        "{gaussian: {noise_multiplier: 0.3}}]\n"),
         std::make_pair("krum_byzantine",
                        "aggregation: [{krum: {byzantine: 0}}]\nclients: {byzantine: {fraction: 0.2, kind: random}}\n")),

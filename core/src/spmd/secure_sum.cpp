@@ -1,6 +1,7 @@
 #include <fax/spmd/secure_sum.h>
 
 #include <cmath>
+#include <set>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -28,12 +29,27 @@ TensorTree leaves_of(const at::Tensor& flat, const TensorTree& like) {
   return out;
 }
 
+// The partners of `position` among n: all others, or those within neighbors / 2 (rounded up) on
+// either side of a ring. Symmetric, so each pair's mask is added once and subtracted once.
+std::set<int64_t> partners(int64_t position, int64_t n, int64_t neighbors) {
+  std::set<int64_t> out;
+  if (neighbors <= 0 || neighbors >= n - 1) {
+    for (int64_t other = 0; other < n; ++other) out.insert(other);
+  } else {
+    for (int64_t d = 1; d <= (neighbors + 1) / 2; ++d) {
+      out.insert((position + d) % n);
+      out.insert((position - d + n) % n);
+    }
+  }
+  out.erase(position);
+  return out;
+}
+
 // The sum of the masks client `position` adds: +m for each partner after it, -m for each before,
 // m drawn from the pair's own stream, so the two ends of a pair draw the same vector.
-at::Tensor masks_of(const Program& p, int64_t position, int64_t size, int64_t modulus) {
+at::Tensor masks_of(const Program& p, int64_t position, int64_t size, int64_t modulus, int64_t neighbors) {
   at::Tensor total = at::zeros({size}, at::kLong);
-  for (int64_t other = 0; other < p.cohort_size(); ++other) {
-    if (other == position) continue;
+  for (const int64_t other : partners(position, p.cohort_size(), neighbors)) {
     const int64_t lo = std::min(position, other), hi = std::max(position, other);
     at::Generator g = client_generator(client_stream_seed(p.seed() ^ kMaskStream, p.round(), lo), p.round(), hi);
     const at::Tensor m = at::randint(0, modulus, {size}, g, at::TensorOptions().dtype(at::kLong));
@@ -88,6 +104,7 @@ SecureSum::SecureSum(SecureSumOptions o) : o_(o) {
   FAX_CHECK(o.bits >= 2 && o.bits <= 32, "secure_sum: bits must be in [2, 32] (sums of int64 must not overflow), got {}",
             o.bits);
   FAX_CHECK(std::isfinite(o.range) && o.range > 0, "secure_sum: range must be positive and finite, got {}", o.range);
+  FAX_CHECK(o.neighbors >= 0, "secure_sum: neighbors must be at least 0, got {}", o.neighbors);
   step_ = 2 * o.range / std::ldexp(1.0, static_cast<int>(o.bits));
 }
 
@@ -102,7 +119,7 @@ TensorTree SecureSum::encode(const ClientChunk& chunk, const TensorTree& rows, a
   if (o_.masks) {
     std::vector<at::Tensor> masks;
     for (int64_t i = 0; i < chunk.size; ++i)
-      masks.push_back(masks_of(chunk.program, chunk.position(i), q.size(1), modulus));
+      masks.push_back(masks_of(chunk.program, chunk.position(i), q.size(1), modulus, o_.neighbors));
     q = q + at::stack(masks);
   }
   return leaves_of(q.bitwise_and(modulus - 1), rows);

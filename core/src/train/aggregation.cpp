@@ -280,8 +280,10 @@ struct SecureSumStage final : Aggregation::Stage {
              "R: the fixed-point grid covers [-R, R) in steps of 2R / 2^b; a value outside is clipped to it, a sum "
              "outside wraps around (both counted)", positive())
         .add("masks", &SecureSumOptions::masks,
-             "add per-pair masks that cancel in the sum (each client's message alone is uniform mod 2^b; costs "
-             "cohort x update size draws per client)");
+             "add per-pair masks that cancel in the sum (each client's message alone is uniform mod 2^b)")
+        .add("neighbors", &SecureSumOptions::neighbors,
+             "with masks: pair each client with this many cohort neighbours on a ring (SecAgg+; costs neighbors x "
+             "update size draws a client); 0: with every other client (cohort x update size)", at_least(0));
     return table;
   }
   explicit SecureSumStage(SecureSumOptions o) : sum(o) {}

@@ -22,6 +22,9 @@ struct SecureSumOptions {
   int64_t bits = 32;   ///< b: values and sums are integers modulo 2^b (2..32)
   double range = 1.0;  ///< R: the grid covers [-R, R) in steps of 2R / 2^b
   bool masks = false;  ///< add pair masks that cancel in the sum
+  /// Each client masks with its `neighbors` nearest cohort positions on a ring (SecAgg+'s sparse
+  /// graph: cost neighbors x size instead of cohort x size); 0: with every other client.
+  int64_t neighbors = 0;
 };
 
 class SecureSum {
