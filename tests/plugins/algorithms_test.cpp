@@ -735,7 +735,7 @@ TEST(AggregationTest, RefusesStagesThatDoNotCompose) {
   refused("krum,secure_sum", "'secure_sum' sums the updates, but 'krum' before it already replaced their sum");
   refused("secure_sum,clip", "'clip' transforms each client's update, so it comes before 'secure_sum'");
   refused("clip,gaussian,secure_sum", "'secure_sum' comes before the server stages");
-  EXPECT_EQ(aggregation_keys("clip,secure_sum,gaussian", "x").size(), 7u);
+  EXPECT_EQ(aggregation_keys("clip,secure_sum,gaussian", "x").size(), 8u);
   EXPECT_EQ(aggregation_keys("clip,mean,gaussian", "x").size(), 4u);
   refused("clip,,median", "has an empty stage name");
   refused("quantize,top_k", "'quantize' and 'top_k' both compress the update");
