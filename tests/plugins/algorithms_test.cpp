@@ -411,6 +411,15 @@ TEST_F(AlgorithmsTest, ClipAndGaussianStagesAreDpFedAvg) {
   EXPECT_TRUE(at::allclose(piped.params.at("w"), expected_w, 1e-12, 1e-14));
   EXPECT_NEAR(metrics.at("aggregation/clipped_fraction").item<double>(), clipped / 3.0, 1e-15);
   EXPECT_NEAR(metrics.at("privacy/epsilon").item<double>(), sgm_epsilon(1.0, z, 1, 1e-5).epsilon, 1e-12);
+  // The PLD accountant changes the ledger, not the model: a smaller epsilon for the same round.
+  use_aggregation("clip,gaussian", {"aggregation.clip.norm=0.05", "aggregation.gaussian.noise_multiplier=0.7",
+                                    "aggregation.gaussian.accountant=pld", "aggregation.gaussian.pld_interval=1e-4"});
+  TensorTree pld_metrics;
+  const ServerState pld = run_plugin("fedavg", {"client_lr=0.5", "batch_size=0"}, 1, &pld_metrics);
+  for (const auto& [name, t] : piped.params) EXPECT_TRUE(at::equal(pld.params.at(name), t)) << name;
+  const double epsilon = pld_metrics.at("privacy/epsilon").item<double>();
+  EXPECT_NEAR(epsilon, sgm_epsilon_pld(1.0, z, 1, 1e-5, 1e-4), 1e-12);
+  EXPECT_LT(epsilon, metrics.at("privacy/epsilon").item<double>());
 }
 
 // Per-layer clipping: each of the L = 2 tensors to C / sqrt(2); the example-weighted mean.
@@ -735,14 +744,14 @@ TEST(AggregationTest, RefusesStagesThatDoNotCompose) {
   refused("krum,secure_sum", "'secure_sum' sums the updates, but 'krum' before it already replaced their sum");
   refused("secure_sum,clip", "'clip' transforms each client's update, so it comes before 'secure_sum'");
   refused("clip,gaussian,secure_sum", "'secure_sum' comes before the server stages");
-  EXPECT_EQ(aggregation_keys("clip,secure_sum,gaussian", "x").size(), 8u);
-  EXPECT_EQ(aggregation_keys("clip,mean,gaussian", "x").size(), 4u);
+  EXPECT_EQ(aggregation_keys("clip,secure_sum,gaussian", "x").size(), 10u);
+  EXPECT_EQ(aggregation_keys("clip,mean,gaussian", "x").size(), 6u);
   refused("clip,,median", "has an empty stage name");
   refused("quantize,top_k", "'quantize' and 'top_k' both compress the update");
   refused("top_k,clip", "'clip' comes before 'top_k': a client sends its update compressed");
-  EXPECT_EQ(aggregation_keys("clip,quantize,gaussian", "x").size(), 7u);
+  EXPECT_EQ(aggregation_keys("clip,quantize,gaussian", "x").size(), 9u);
   EXPECT_EQ(aggregation_keys("clip,random_k,median", "x").size(), 4u);
-  EXPECT_EQ(aggregation_keys("clip,gaussian", "x").size(), 4u);
+  EXPECT_EQ(aggregation_keys("clip,gaussian", "x").size(), 6u);
   EXPECT_EQ(aggregation_keys("", "x").size(), 0u);
 }
 

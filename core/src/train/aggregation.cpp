@@ -297,10 +297,12 @@ struct SecureSumStage final : Aggregation::Stage {
   SecureSum sum;
 };
 
-// --- gaussian: N(0, (z C)^2) on the sum of the clipped updates, with the RDP ledger.
+// --- gaussian: N(0, (z S)^2) on the sum of the clipped updates, with the RDP or PLD ledger.
 struct GaussianOptions {
   double noise_multiplier = 1.0;
   double delta = 1e-5;
+  std::string accountant = "rdp";
+  double pld_interval = 1e-3;
 };
 
 struct Gaussian final : Aggregation::Stage {
@@ -309,7 +311,13 @@ struct Gaussian final : Aggregation::Stage {
         .add("noise_multiplier", &GaussianOptions::noise_multiplier,
              "z: the noise on the sum has standard deviation z S (S: the bound on one client's contribution: "
              "the clip norm C, grown by the rounding of quantize or secure_sum after it)", positive())
-        .add("delta", &GaussianOptions::delta, "delta of the (epsilon, delta) the ledger reports", above(0, 1));
+        .add("delta", &GaussianOptions::delta, "delta of the (epsilon, delta) the ledger reports", above(0, 1))
+        .add("accountant", &GaussianOptions::accountant,
+             "rdp: the Renyi bound of the sampled Gaussian mechanism; pld: its privacy loss distribution "
+             "(tighter, a few FFTs a round)", one_of({"rdp", "pld"}))
+        .add("pld_interval", &GaussianOptions::pld_interval,
+             "the pld accountant's grid of losses: finer is tighter and slower (epsilon pessimistic by the "
+             "order of steps x interval^2)", in(1e-5, 0.1));
     return table;
   }
   // `before`: the stages before it, which bound what one client contributes.
@@ -329,8 +337,10 @@ struct Gaussian final : Aggregation::Stage {
     // Cohorts are drawn without replacement at a fixed size and accounted as Poisson sampling at
     // rate cohort / population (as TensorFlow Privacy does); README "Aggregation" says so.
     const double q = static_cast<double>(cohort) / static_cast<double>(population);
-    metrics.set("privacy/epsilon",
-                at::scalar_tensor(sgm_epsilon(q, o.noise_multiplier, round + 1, o.delta).epsilon, at::kDouble));
+    const double epsilon = o.accountant == "pld"
+                               ? sgm_epsilon_pld(q, o.noise_multiplier, round + 1, o.delta, o.pld_interval)
+                               : sgm_epsilon(q, o.noise_multiplier, round + 1, o.delta).epsilon;
+    metrics.set("privacy/epsilon", at::scalar_tensor(epsilon, at::kDouble));
     return noised;
   }
 
