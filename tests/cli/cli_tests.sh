@@ -86,6 +86,23 @@ assert np.all(f["metrics/aggregation/bits_sent"][()] == bits[0, 0])
 assert np.all((clipped >= 0) & (clipped <= 1)), clipped
 assert len(f["metrics/aggregation/secure_overflows"][()]) == 3
 PY
+    # The PLD accountant: the same model, a smaller epsilon every round.
+    run_expect 0 "" -- "$FAX_RUN" run "$WORK/dp.yaml" -q -o "$WORK/pld.h5" --set rounds=6 --set logging.checkpoint_every=3 \
+      --set aggregation.gaussian.accountant=pld
+    "$PYTHON" - "$WORK/dp1.h5" "$WORK/pld.h5" <<'PY' || fail "the PLD ledger"
+import sys, h5py, numpy as np
+rdp, pld = (h5py.File(f) for f in sys.argv[1:])
+assert np.all(pld["metrics/privacy/epsilon"][()] < rdp["metrics/privacy/epsilon"][()])
+assert np.all(np.diff(pld["metrics/privacy/epsilon"][()]) > 0)
+for name, t in rdp["checkpoints/6/params"].items():
+    assert t[()].tobytes() == pld["checkpoints/6/params"][name][()].tobytes(), name
+PY
+    # Refused: keys out of their range, naming where the value came from.
+    run_expect 2 "--set aggregation\.secure_sum\.bits=40: aggregation\.secure_sum\.bits: 40 is out of range \(must be in \[2, 32\]\)" -- \
+      "$FAX_RUN" run "$WORK/secure.yaml" -q -o "$WORK/bits.h5" --set aggregation.secure_sum.bits=40
+    run_expect 2 "aggregation\.gaussian\.accountant: 'prv' is not one of: rdp, pld" -- \
+      "$FAX_RUN" run "$WORK/dp.yaml" -q -o "$WORK/prv.h5" --set aggregation.gaussian.accountant=prv
+    [[ -e $WORK/bits.h5 || -e $WORK/prv.h5 ]] && fail "a refused run left a log"
     # Refused: an algorithm that combines updates itself, stages that do not compose, a bad entry.
     run_expect 2 "algorithm scaffold combines its clients' updates itself, not through mean_client_update" -- \
       "$FAX_RUN" run "$WORK/dp.yaml" -q -o "$WORK/scaffold.h5" --set rounds=2 --set algorithm.name=scaffold

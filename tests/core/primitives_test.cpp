@@ -298,6 +298,21 @@ TEST_P(PrimitivesTest, SecureSumIsTheSumOnItsGridAndWrapsPastIt) {
   EXPECT_TRUE(at::equal(out.narrow(0, 0, 3), at::tensor({-0.75, 0.375, -0.625}, f64))) << out;
   EXPECT_EQ(out[3].item<double>(), 2.0) << "two coordinates wrapped";
   EXPECT_TRUE(at::equal(out.narrow(0, 4, 5), at::full({5}, 1.0 / 3, f64))) << "one value in three clipped";
+  // A NaN has no integer to become: refused, naming the client that sent it.
+  at::Tensor poisoned = on_grid.clone();
+  poisoned[3][1][2] = std::nan("");
+  try {
+    mesh.run(cohort, [&](Program& p) {
+      return Server<TensorTree>(
+          secure_sum(Clients<TensorTree>(TensorTree{{"x", p.local_rows(poisoned).value()}}), SecureSum({16, 8.0})).value());
+    });
+    ADD_FAILURE() << "a NaN was summed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fmt::format("client {} (cohort position 3) sends a non-finite value",
+                                                     cohort.id(3))),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // The derivative of a secure sum is a sum's, to second order: the same gradient and the same

@@ -17,16 +17,9 @@ using torch::autograd::variable_list;
 
 constexpr uint64_t kMaskStream = 0x6d61736b;  // "mask": the pair masks
 
-// flat [k, P] -> leaves shaped like `like`'s, keeping flat's dtype.
+// flat [k, P] -> leaves shaped like `like`'s, in flat's dtype.
 TensorTree leaves_of(const at::Tensor& flat, const TensorTree& like) {
-  TensorTree out;
-  int64_t offset = 0;
-  for (const auto& [name, t] : like) {
-    const int64_t size = t.size(0) > 0 ? t.numel() / t.size(0) : 0;
-    out.set(name, flat.narrow(1, offset, size).reshape(t.sizes()));
-    offset += size;
-  }
-  return out;
+  return unflatten_rows(flat, like.map([&](const at::Tensor& t) { return at::empty(t.sizes(), flat.options()); }));
 }
 
 // The partners of `position` among n: all others, or those within neighbors / 2 (rounded up) on
@@ -112,6 +105,13 @@ TensorTree SecureSum::encode(const ClientChunk& chunk, const TensorTree& rows, a
                              TensorTree* signed_rows) const {
   const int64_t modulus = int64_t{1} << o_.bits, half = modulus / 2;
   const at::Tensor scaled = (flatten_rows(rows, at::kDouble) / step_).round();
+  // A NaN has no integer to become (its conversion is undefined behaviour); an infinity would be
+  // clipped silently.
+  const at::Tensor finite = at::isfinite(scaled).all(1);
+  for (int64_t i = 0; i < chunk.size && !finite.all().item<bool>(); ++i) {
+    FAX_CHECK(finite[i].item<bool>(), "secure_sum: round {}, client {} (cohort position {}) sends a non-finite value",
+              chunk.program.round() + 1, chunk.client_id(i), chunk.position(i));
+  }
   const at::Tensor outside = scaled.lt(static_cast<double>(-half)).logical_or(scaled.gt(static_cast<double>(half - 1)));
   if (scaled.size(1) > 0) clipped.add_(outside.to(at::kDouble).mean(1));
   at::Tensor q = scaled.clamp(static_cast<double>(-half), static_cast<double>(half - 1)).to(at::kLong);
