@@ -283,21 +283,24 @@ TEST_P(PrimitivesTest, SecureSumIsTheSumOnItsGridAndWrapsPastIt) {
   const SecureSum small({4, 1.0, true});
   const at::Tensor out = mesh.run(cohort, [&](Program& p) {
     const at::Tensor rows = row.expand({p.local_size(), 3});
-    std::vector<TensorTree> signed_rows;
+    std::vector<TensorTree> unreduced;
     at::Tensor clipped = at::zeros({p.local_size()}, f64);
     for (const ClientChunk& c : detail::chunks(p, 0)) {
       at::Tensor share = clipped.narrow(0, c.begin, c.size);
-      signed_rows.emplace_back();
-      small.encode(c, TensorTree{{"x", rows.narrow(0, c.begin, c.size)}}, share, &signed_rows.back());
+      unreduced.push_back(small.encode(c, TensorTree{{"x", rows.narrow(0, c.begin, c.size)}}, share, false));
     }
-    const TensorTree signed_sum = sum(Clients<TensorTree>(cat(signed_rows))).value();
+    // The masks cancel exactly in the int64 sum of unreduced messages: the signed sum on the grid.
+    const TensorTree signed_sum = sum(Clients<TensorTree>(cat(unreduced))).value();
     const at::Tensor value = secure_sum(Clients<TensorTree>(TensorTree{{"x", rows}}), small).value().at("x");
     const at::Tensor overflows = at::scalar_tensor(static_cast<double>(small.overflows(signed_sum)), f64);
-    return Server<at::Tensor>(at::cat({value, overflows.view({1}), collect(Clients<at::Tensor>(clipped)).value()}));
+    return Server<at::Tensor>(at::cat({value, overflows.view({1}), collect(Clients<at::Tensor>(clipped)).value(),
+                                       signed_sum.at("x").to(f64), small.decode(signed_sum, TensorTree{{"x", value}}).at("x")}));
   }).value();
   EXPECT_TRUE(at::equal(out.narrow(0, 0, 3), at::tensor({-0.75, 0.375, -0.625}, f64))) << out;
   EXPECT_EQ(out[3].item<double>(), 2.0) << "two coordinates wrapped";
   EXPECT_TRUE(at::equal(out.narrow(0, 4, 5), at::full({5}, 1.0 / 3, f64))) << "one value in three clipped";
+  EXPECT_TRUE(at::equal(out.narrow(0, 9, 3), at::tensor({10.0, 35.0, -5.0}, f64))) << "5 x (2, 7, -1)";
+  EXPECT_TRUE(at::equal(out.narrow(0, 12, 3), out.narrow(0, 0, 3))) << "unreduced messages decode alike";
   // A NaN has no integer to become: refused, naming the client that sent it.
   at::Tensor poisoned = on_grid.clone();
   poisoned[3][1][2] = std::nan("");

@@ -101,8 +101,7 @@ SecureSum::SecureSum(SecureSumOptions o) : o_(o) {
   step_ = 2 * o.range / std::ldexp(1.0, static_cast<int>(o.bits));
 }
 
-TensorTree SecureSum::encode(const ClientChunk& chunk, const TensorTree& rows, at::Tensor& clipped,
-                             TensorTree* signed_rows) const {
+TensorTree SecureSum::encode(const ClientChunk& chunk, const TensorTree& rows, at::Tensor& clipped, bool reduce) const {
   const int64_t modulus = int64_t{1} << o_.bits, half = modulus / 2;
   const at::Tensor scaled = (flatten_rows(rows, at::kDouble) / step_).round();
   // A NaN has no integer to become (its conversion is undefined behaviour); an infinity would be
@@ -115,14 +114,13 @@ TensorTree SecureSum::encode(const ClientChunk& chunk, const TensorTree& rows, a
   const at::Tensor outside = scaled.lt(static_cast<double>(-half)).logical_or(scaled.gt(static_cast<double>(half - 1)));
   if (scaled.size(1) > 0) clipped.add_(outside.to(at::kDouble).mean(1));
   at::Tensor q = scaled.clamp(static_cast<double>(-half), static_cast<double>(half - 1)).to(at::kLong);
-  if (signed_rows != nullptr) *signed_rows = leaves_of(q, rows);
   if (o_.masks) {
     std::vector<at::Tensor> masks;
     for (int64_t i = 0; i < chunk.size; ++i)
       masks.push_back(masks_of(chunk.program, chunk.position(i), q.size(1), modulus, o_.neighbors));
     q = q + at::stack(masks);
   }
-  return leaves_of(q.bitwise_and(modulus - 1), rows);
+  return leaves_of(reduce ? q.bitwise_and(modulus - 1) : q, rows);
 }
 
 TensorTree SecureSum::decode(const TensorTree& sum, const TensorTree& like) const {

@@ -63,7 +63,6 @@ constexpr uint64_t kCompressStream = 0x636f6d70;    // "comp": stochastic roundi
 const std::string kErrorState = "aggregation/error/";
 // Beside secure_sum's integers in the summed rows: their unmasked signed values (to count where
 // the protocol's sum wrapped) and, under federated AD, the float rows the derivative flows through.
-const std::string kSigned = "__secure/signed/";
 const std::string kPlain = "__secure/plain/";
 
 // --- clip: each update scaled to L2 norm at most `norm` (per_layer: each leaf to norm / sqrt(L)).
@@ -675,9 +674,7 @@ TensorTree Aggregation::client_side(const ClientChunk& chunk, const TensorTree& 
 TensorTree Aggregation::send(const ClientChunk& chunk, const TensorTree& weighted, TensorTree& stats) const {
   if (secure_ == nullptr) return weighted;
   at::Tensor clipped = at::zeros({chunk.size}, at::kDouble);
-  TensorTree signed_rows;
-  TensorTree out = secure_->encode(chunk, weighted, clipped, &signed_rows);
-  for (const auto& [name, t] : signed_rows) out.set(kSigned + name, t);
+  TensorTree out = secure_->encode(chunk, weighted, clipped, /*reduce=*/false);
   const auto tensors = weighted.tensors();
   if (at::GradMode::is_enabled() && std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) { return t.requires_grad(); })) {
     for (const auto& [name, t] : weighted) out.set(kPlain + name, t);
@@ -693,12 +690,10 @@ TensorTree Aggregation::receive(const TensorTree& sums, const TensorTree& like, 
   TensorTree summed;
   for (const auto& [name, p] : like) summed.set(name, sums.at(name));
   if (secure_ == nullptr) return summed;
-  TensorTree signed_sum, plain;
-  for (const auto& [name, p] : like) {
-    signed_sum.set(name, sums.at(kSigned + name));
+  TensorTree plain;
+  for (const auto& [name, p] : like)
     if (sums.contains(kPlain + name)) plain.set(name, sums.at(kPlain + name));
-  }
-  metrics.set("aggregation/secure_overflows", at::scalar_tensor(static_cast<double>(secure_->overflows(signed_sum)), at::kDouble));
+  metrics.set("aggregation/secure_overflows", at::scalar_tensor(static_cast<double>(secure_->overflows(summed)), at::kDouble));
   const TensorTree decoded = secure_->decode(summed, like);
   return plain.empty() ? decoded : with_sum_derivative(decoded, plain);
 }

@@ -36,18 +36,20 @@ class SecureSum {
   const SecureSumOptions& options() const { return o_; }
 
   /// What a chunk's clients send for their rows [k, ...]: each value clipped to [-R, R) (the share
-  /// of a client's values that were is added to `clipped` [k]), rounded to the grid, as an integer
-  /// modulo 2^b (int64 leaves), plus the pair masks. `signed_rows`, when given, receives the
-  /// unmasked signed integers, whose sum tells the simulation where the protocol's sum wrapped.
-  TensorTree encode(const ClientChunk& chunk, const TensorTree& rows, at::Tensor& clipped,
-                    TensorTree* signed_rows = nullptr) const;
+  /// of a client's values that were is added to `clipped` [k]), rounded to the grid, plus the pair
+  /// masks, as an integer modulo 2^b (int64 leaves). With `reduce` false the messages are left
+  /// unreduced (each differs from the sent one by a multiple of 2^b): the masks then cancel exactly
+  /// in an int64 sum, which is the cohort's signed sum on the grid, so one tree both decodes to the
+  /// protocol's result and shows where it wrapped (overflows).
+  TensorTree encode(const ClientChunk& chunk, const TensorTree& rows, at::Tensor& clipped, bool reduce = true) const;
   /// The server's value of a sum of what clients sent: modulo 2^b, as a signed integer, times the
   /// step, in the dtype of `like`'s leaves.
   TensorTree decode(const TensorTree& sum, const TensorTree& like) const;
   /// Values (no clients axis) rounded to the grid and wrapped into [-R, R), as integers modulo 2^b
   /// are: what noise added to a secure sum's integers leaves.
   TensorTree wrap(const TensorTree& values) const;
-  /// How many coordinates of the signed sum left the grid's integers (and wrapped in decode).
+  /// How many coordinates of the signed sum (of unreduced messages) left the grid's integers (and
+  /// wrapped in decode).
   int64_t overflows(const TensorTree& signed_sum) const;
 
  private:
