@@ -152,6 +152,7 @@ Subcommand add_worker_subcommand(CLI::App& app);
 Subcommand add_plugins_subcommand(CLI::App& app);
 Subcommand add_inspect_subcommand(CLI::App& app);
 Subcommand add_expect_subcommand(CLI::App& app);
+Subcommand add_privacy_subcommand(CLI::App& app);
 Subcommand add_table_subcommand(CLI::App& app);
 Subcommand add_sweep_subcommand(CLI::App& app);
 Subcommand add_plot_subcommand(CLI::App& app);

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   const std::vector<Subcommand> commands = {
       add_run_subcommand(app),     add_launch_subcommand(app),  add_resume_subcommand(app),
       add_worker_subcommand(app),  add_plugins_subcommand(app), add_inspect_subcommand(app), add_expect_subcommand(app), add_table_subcommand(app),
+      add_privacy_subcommand(app),
       add_sweep_subcommand(app),   add_plot_subcommand(app),    add_bench_subcommand(app)};
 
   try {

@@ -97,6 +97,15 @@ assert np.all(np.diff(pld["metrics/privacy/epsilon"][()]) > 0)
 for name, t in rdp["checkpoints/6/params"].items():
     assert t[()].tobytes() == pld["checkpoints/6/params"][name][()].tobytes(), name
 PY
+    # fax-run privacy says beforehand what the ledgers log: cohort 10 of 100 clients, z 0.8, 6 rounds.
+    run_expect 0 "" -- "$FAX_RUN" privacy --cohort 10 --population 100 -z 0.8 --rounds 6
+    "$PYTHON" - "$WORK/dp1.h5" "$WORK/pld.h5" "$WORK/stdout" <<'PY' || fail "fax-run privacy: $(cat "$WORK/stdout")"
+import sys, h5py
+rdp, pld = (h5py.File(f)["metrics/privacy/epsilon"][()][-1] for f in sys.argv[1:3])
+printed = {l.split()[0]: float(l.split()[2]) for l in open(sys.argv[3]) if l.startswith("  ")}
+assert abs(printed["rdp"] - rdp) < 1e-6 and abs(printed["pld"] - pld) < 1e-6, (printed, rdp, pld)
+PY
+    run_expect 2 "give either --sampling-rate or --cohort and --population" -- "$FAX_RUN" privacy --rounds 6
     # Refused: keys out of their range, naming where the value came from.
     run_expect 2 "--set aggregation\.secure_sum\.bits=40: aggregation\.secure_sum\.bits: 40 is out of range \(must be in \[2, 32\]\)" -- \
       "$FAX_RUN" run "$WORK/secure.yaml" -q -o "$WORK/bits.h5" --set aggregation.secure_sum.bits=40
