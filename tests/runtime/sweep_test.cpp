@@ -264,7 +264,7 @@ TEST(SweepIndexTest, RoundTripsThroughHdf5) {
 
 // The table of a 2 x (FedAvg, FedProx with two mu) sweep over 2 seeds: rows by the data.* keys,
 // columns by algorithm name; FedProx's cell is its better mu (named); a missing seed is counted; an
-// unfinished cell is "-"; values scaled to percent.
+// unfinished cell is "-", one whose only finished trial failed "failed"; values scaled to percent.
 TEST(SweepTableTest, RowsColumnsSeedsAndTunedSettings) {
   SweepIndex index;
   index.metric = "eval/accuracy";
@@ -287,11 +287,13 @@ TEST(SweepTableTest, RowsColumnsSeedsAndTunedSettings) {
   add(with(lq, {{"algorithm.name", "fedavg"}}), "0", "done", 0.70);
   add(with(lq, {{"algorithm.name", "fedavg"}}), "1", "done", 0.74);
   add(with(lq, {{"algorithm.name", "fedprox"}, {"algorithm.mu", "0.1"}}), "0", "pending", 0);
+  add(with(lq, {{"algorithm.name", "scaffold"}}), "0", "failed", 0);
+  add(with(lq, {{"algorithm.name", "scaffold"}}), "1", "pending", 0);
   EXPECT_EQ(sweep_table(index, "data", "algorithm.name", 100),
-            "| data | fedavg | fedprox |\n"
-            "|---|---|---|\n"
-            "| iid | 89.0 ± 1.4 | 91.0 (n=1) (mu=0.01) |\n"
-            "| partition=label_quantity, labels_per_client=2 | 72.0 ± 2.8 | - |\n");
+            "| data | fedavg | fedprox | scaffold |\n"
+            "|---|---|---|---|\n"
+            "| iid | 89.0 ± 1.4 | 91.0 (n=1) (mu=0.01) | - |\n"
+            "| partition=label_quantity, labels_per_client=2 | 72.0 ± 2.8 | - | failed |\n");
   EXPECT_EQ(test::error_of([&] { sweep_table(index, "data", "data", 1); }),
             "a table needs two different keys for rows and columns");
 }

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <set>
 
 #include <fax/base/error.h>
 #include <fax/io/run_log.h>
@@ -112,6 +113,11 @@ std::string sweep_table(const SweepIndex& index, const std::string& rows, const 
     ++cell.settings;
     most = std::max(most, s.trials.size());
   }
+  // A cell with no finished trial: "failed" when one of its trials failed (the prose says why), "-"
+  // while none has run.
+  std::set<std::pair<std::string, std::string>> failed;
+  for (const TrialRecord& t : index.trials)
+    if (t.status == "failed") failed.insert({label(t.overrides, rows, false, cols), label(t.overrides, cols, false, rows)});
   std::string out = fmt::format("| {} | {} |\n|---|", rows, fmt::join(col_order, " | "));
   for (size_t c = 0; c < col_order.size(); ++c) out += "---|";
   out += "\n";
@@ -120,7 +126,7 @@ std::string sweep_table(const SweepIndex& index, const std::string& rows, const 
     for (const std::string& col : col_order) {
       const auto it = cells.find({row, col});
       if (it == cells.end()) {
-        out += " - |";
+        out += failed.count({row, col}) > 0 ? " failed |" : " - |";
         continue;
       }
       const Cell& cell = it->second;
