@@ -61,7 +61,7 @@ Subcommand add_privacy_subcommand(CLI::App& app) {
   cmd->add_option("--accountant", o->accountant, "rdp, pld or both (default)")
       ->check(CLI::IsMember({"rdp", "pld", "both"}));
   cmd->add_option("--pld-interval", o->pld_interval, "the PLD grid (default 1e-3, as the stage's pld_interval)")
-      ->check(CLI::Range(1e-5, 0.1));
+      ->check(CLI::Range(1e-4, 0.1));
   return {cmd, [o] { return privacy_command(*o); }};
 }
 

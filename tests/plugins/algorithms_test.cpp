@@ -420,6 +420,8 @@ TEST_F(AlgorithmsTest, ClipAndGaussianStagesAreDpFedAvg) {
   const double epsilon = pld_metrics.at("privacy/epsilon").item<double>();
   EXPECT_NEAR(epsilon, sgm_epsilon_pld(1.0, z, 1, 1e-5, 1e-4), 1e-12);
   EXPECT_LT(epsilon, metrics.at("privacy/epsilon").item<double>());
+  EXPECT_THROW(use_aggregation("clip,gaussian", {"aggregation.gaussian.accountant=pld", "aggregation.gaussian.delta=1e-10"}),
+               Error);
 }
 
 // Per-layer clipping: each of the L = 2 tensors to C / sqrt(2); the example-weighted mean.

@@ -316,12 +316,18 @@ struct Gaussian final : Aggregation::Stage {
              "(tighter, a few FFTs a round)", one_of({"rdp", "pld"}))
         .add("pld_interval", &GaussianOptions::pld_interval,
              "the pld accountant's grid of losses: finer is tighter and slower (epsilon pessimistic by the "
-             "order of steps x interval^2)", in(1e-5, 0.1));
+             "order of steps x interval^2; a round's ledger costs about log2(rounds) FFTs of (loss range / "
+             "interval) points)", in(1e-4, 0.1));
     return table;
   }
   // `before`: the stages before it, which bound what one client contributes.
   Gaussian(GaussianOptions o, std::vector<std::shared_ptr<const Aggregation::Stage>> before)
-      : o(o), before(std::move(before)) {}
+      : o(o), before(std::move(before)) {
+    // The PLD's cut tails (about 1e-15 a round) must stay far below delta for 10^4 rounds.
+    FAX_CHECK(o.accountant != "pld" || o.delta >= 1e-9,
+              "aggregation.gaussian.delta {} is below what the pld accountant resolves (1e-9): use accountant: rdp",
+              o.delta);
+  }
 
   TensorTree server(const TensorTree& sum, uint64_t seed, int64_t round, int64_t cohort, int64_t population,
                     TensorTree& metrics) const override {

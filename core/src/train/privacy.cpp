@@ -53,9 +53,9 @@ namespace {
 double normal_upper(double x) { return 0.5 * std::erfc(x / std::sqrt(2.0)); }  // P(N(0,1) > x)
 double normal_lower(double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }
 
-// A loss threshold's probabilities under the pair (P, Q): P(L > e), P(L <= e), Q(L > e).
+// A loss threshold's probabilities under the pair (P, Q): P(L > e), P(L <= e), Q(L > e), Q(L <= e).
 struct Tails {
-  double p_above, p_below, q_above;
+  double p_above, p_below, q_above, q_below;
 };
 
 // The sampled Gaussian's losses are monotone in x: L > e exactly when x passes a threshold t(e).
@@ -71,20 +71,28 @@ struct SampledGaussianPair {
 
   Tails at(double e) const {
     if (remove) {  // x ~ P = (1-q) N(0) + q N(1), L = f(x)
-      if (!reachable(e)) return {1, 0, 1};
+      if (!reachable(e)) return {1, 0, 1, 0};
       const double t = threshold(e);
       return {(1 - q) * normal_upper(t / sigma) + q * normal_upper((t - 1) / sigma),
-              (1 - q) * normal_lower(t / sigma) + q * normal_lower((t - 1) / sigma), normal_upper(t / sigma)};
+              (1 - q) * normal_lower(t / sigma) + q * normal_lower((t - 1) / sigma), normal_upper(t / sigma),
+              normal_lower(t / sigma)};
     }
     // x ~ Q = N(0), L = -f(x): L > e when f(x) < -e.
-    if (!reachable(-e)) return {0, 1, 0};
+    if (!reachable(-e)) return {0, 1, 0, 1};
     const double t = threshold(-e);
     return {normal_lower(t / sigma), normal_upper(t / sigma),
-            (1 - q) * normal_lower(t / sigma) + q * normal_lower((t - 1) / sigma)};
+            (1 - q) * normal_lower(t / sigma) + q * normal_lower((t - 1) / sigma),
+            (1 - q) * normal_upper(t / sigma) + q * normal_upper((t - 1) / sigma)};
   }
   double delta(double e) const {
     const Tails s = at(e);
     return std::max(0.0, s.p_above - std::exp(e) * s.q_above);
+  }
+  // delta(e) - (1 - e^e) = e^e Q(L <= e) - P(L <= e) >= 0: small, and exact from lower tails, left
+  // of the bulk, where delta itself is 1 - e^e up to rounding.
+  double excess(double e) const {
+    const Tails s = at(e);
+    return std::max(0.0, std::exp(e) * s.q_below - s.p_below);
   }
 };
 
@@ -132,8 +140,9 @@ std::vector<double> convolve(const std::vector<double>& a, const std::vector<dou
   const size_t out = a.size() + b.size() - 1;
   size_t n = 1;
   while (n < out) n <<= 1;
-  // 2^27 complex doubles are 2 GiB: refuse before allocating.
-  FAX_CHECK(n <= (size_t{1} << 27),
+  // At 2^25 points the two transforms, the twiddles and the result take 1.5 GiB: refuse beyond,
+  // before allocating.
+  FAX_CHECK(n <= (size_t{1} << 25),
             "the privacy loss distribution needs {} points: raise the PLD interval or use the rdp accountant", out);
   std::vector<std::complex<double>> fa(n), fb;
   std::copy(a.begin(), a.end(), fa.begin());
@@ -168,20 +177,43 @@ PrivacyLoss PrivacyLoss::sampled_gaussian(double q, double sigma, bool remove, d
   const double bottom = first_where([&](double e) { return pair.at(e).p_below > tail; }, interval);
   const auto lo = static_cast<int64_t>(std::floor(bottom / interval));
   const auto hi = std::max(lo + 1, static_cast<int64_t>(std::ceil(top / interval)));
-  FAX_CHECK(hi - lo < (int64_t{1} << 26), "the privacy loss distribution needs {} points: raise the PLD interval",
+  FAX_CHECK(hi - lo < (int64_t{1} << 25), "the privacy loss distribution needs {} points: raise the PLD interval",
             hi - lo + 1);
   const size_t m = static_cast<size_t>(hi - lo + 1);
-  std::vector<double> d(m);
-  for (size_t j = 0; j < m; ++j) d[j] = pair.delta(static_cast<double>(lo + static_cast<int64_t>(j)) * interval);
-  // Masses whose delta passes through every (e_j, d_j), linear in e^e between them: with
-  // Delta_j = d_j - d_(j+1), p_j = Delta_(j-1) / (1 - e^-h) - Delta_j / (e^h - 1); below the lowest
-  // point the line runs to delta = 1 at e = -infinity, above the highest one d_(m-1) is at infinity.
+  const auto loss = [&](size_t j) { return static_cast<double>(lo + static_cast<int64_t>(j)) * interval; };
+  std::vector<double> d(m), below(m);
+  for (size_t j = 0; j < m; ++j) {
+    const Tails t = pair.at(loss(j));
+    d[j] = std::max(0.0, t.p_above - std::exp(loss(j)) * t.q_above);
+    below[j] = t.p_below;
+  }
+  // Delta_j = d_j - d_(j+1), segment by segment. Left of the median, d = 1 - e^e + excess with
+  // the excess small: there Delta_j = e^(e_j) (e^h - 1) + excess_j - excess_(j+1), which keeps
+  // the masses' absolute error near 1e-16 of e^e instead of 1e-16 / h (which, clamped at 0,
+  // would put spurious mass in the low tail, more the finer the grid).
+  std::vector<double> step(m > 1 ? m - 1 : 0);
+  double excess_here = 0;
+  for (size_t j = 0; j + 1 < m; ++j) {
+    if (below[j + 1] < 0.5) {
+      if (j == 0 || below[j] >= 0.5) excess_here = pair.excess(loss(j));
+      const double excess_next = pair.excess(loss(j + 1));
+      step[j] = std::exp(loss(j)) * std::expm1(interval) + excess_here - excess_next;
+      excess_here = excess_next;
+    } else {
+      step[j] = d[j] - d[j + 1];
+    }
+  }
+  // Masses whose delta passes through every (e_j, d_j), linear in e^e between them: p_j =
+  // Delta_(j-1) / (1 - e^-h) - Delta_j / (e^h - 1); below the lowest point the line runs to
+  // delta = 1 at e = -infinity (p_0 = 1 - d_0 - Delta_0 / (e^h - 1), with 1 - d_0 = e^(e_0) -
+  // excess_0 left of the median), above the highest one d_(m-1) is at infinity.
   const double down = -std::expm1(-interval), up = std::expm1(interval);
+  const double first = below[0] < 0.5 ? std::exp(loss(0)) - pair.excess(loss(0)) : 1 - d[0];
   std::vector<double> mass(m);
   for (size_t j = 0; j < m; ++j) {
-    const double before = j == 0 ? 0 : (d[j - 1] - d[j]) / down;
-    const double after = j + 1 == m ? 0 : (d[j] - d[j + 1]) / up;
-    mass[j] = std::max(0.0, (j == 0 ? 1 - d[0] : before) - after);
+    const double before = j == 0 ? first : step[j - 1] / down;
+    const double after = j + 1 == m ? 0 : step[j] / up;
+    mass[j] = std::max(0.0, before - after);
   }
   return PrivacyLoss(interval, lo, std::move(mass), d[m - 1]);
 }
@@ -251,12 +283,18 @@ double sgm_epsilon_pld(double q, double sigma, int64_t steps, double delta, doub
   FAX_CHECK(steps >= 0, "steps must be non-negative (got {})", steps);
   FAX_CHECK(delta > 0 && delta < 1, "delta must be in (0, 1) (got {})", delta);
   if (q == 0 || steps == 0) return 0;
+  // A smaller cut would not help: the FFTs' roundoff, about 1e-16 of the largest mass, is spread
+  // over every point, so tails below it cannot be told from zero.
   constexpr double kTail = 1e-15;
   double epsilon = 0;
   for (bool remove : {true, false}) {
-    epsilon = std::max(epsilon, PrivacyLoss::sampled_gaussian(q, sigma, remove, interval, kTail)
-                                    .self_compose(steps, kTail)
-                                    .epsilon(delta));
+    const PrivacyLoss composed = PrivacyLoss::sampled_gaussian(q, sigma, remove, interval, kTail).self_compose(steps, kTail);
+    // The cut tails (about steps x 1e-15) sit at infinity: a delta near them would read as infinite
+    // epsilon, and one within 100x of them is dominated by the cut rather than the mechanism.
+    FAX_CHECK(composed.infinity_mass() * 100 <= delta,
+              "delta {} is below what the PLD accountant resolves after {} rounds ({:.2g} of its mass is cut "
+              "tails): use a larger delta or the rdp accountant", delta, steps, composed.infinity_mass());
+    epsilon = std::max(epsilon, composed.epsilon(delta));
   }
   return epsilon;
 }
