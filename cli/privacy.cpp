@@ -24,7 +24,7 @@ struct PrivacyOptions {
   int64_t rounds = 0;
   double delta = 1e-5;
   std::string accountant = "both";
-  double pld_interval = 1e-3;
+  double pld_interval = kPldInterval;
 };
 
 int privacy_command(const PrivacyOptions& o) {

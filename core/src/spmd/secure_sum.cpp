@@ -107,9 +107,10 @@ TensorTree SecureSum::encode(const ClientChunk& chunk, const TensorTree& rows, a
   // A NaN has no integer to become (its conversion is undefined behaviour); an infinity would be
   // clipped silently.
   const at::Tensor finite = at::isfinite(scaled).all(1);
-  for (int64_t i = 0; i < chunk.size && !finite.all().item<bool>(); ++i) {
-    FAX_CHECK(finite[i].item<bool>(), "secure_sum: round {}, client {} (cohort position {}) sends a non-finite value",
-              chunk.program.round() + 1, chunk.client_id(i), chunk.position(i));
+  if (!finite.all().item<bool>()) {
+    const int64_t i = at::logical_not(finite).nonzero()[0][0].item<int64_t>();
+    throw Error(fmt::format("secure_sum: round {}, client {} (cohort position {}) sends a non-finite value",
+                            chunk.program.round() + 1, chunk.client_id(i), chunk.position(i)));
   }
   const at::Tensor outside = scaled.lt(static_cast<double>(-half)).logical_or(scaled.gt(static_cast<double>(half - 1)));
   if (scaled.size(1) > 0) clipped.add_(outside.to(at::kDouble).mean(1));

@@ -5,6 +5,8 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <mutex>
+#include <utility>
 
 #include <fax/base/error.h>
 #include <fax/base/rng.h>
@@ -61,8 +63,8 @@ constexpr uint64_t kNoiseStream = 0x6e6f697365;     // "noise"
 constexpr uint64_t kCompressStream = 0x636f6d70;    // "comp": stochastic rounding, random-k's coordinates
 // Error feedback's per-client residuals, in ClientStates beside any algorithm's state.
 const std::string kErrorState = "aggregation/error/";
-// Beside secure_sum's integers in the summed rows: their unmasked signed values (to count where
-// the protocol's sum wrapped) and, under federated AD, the float rows the derivative flows through.
+// Beside secure_sum's integers in the summed rows, under federated AD: the float rows the
+// derivative flows through.
 const std::string kPlain = "__secure/plain/";
 
 // --- clip: each update scaled to L2 norm at most `norm` (per_layer: each leaf to norm / sqrt(L)).
@@ -301,7 +303,7 @@ struct GaussianOptions {
   double noise_multiplier = 1.0;
   double delta = 1e-5;
   std::string accountant = "rdp";
-  double pld_interval = 1e-3;
+  double pld_interval = kPldInterval;
 };
 
 struct Gaussian final : Aggregation::Stage {
@@ -342,15 +344,27 @@ struct Gaussian final : Aggregation::Stage {
     // Cohorts are drawn without replacement at a fixed size and accounted as Poisson sampling at
     // rate cohort / population (as TensorFlow Privacy does); README "Aggregation" says so.
     const double q = static_cast<double>(cohort) / static_cast<double>(population);
-    const double epsilon = o.accountant == "pld"
-                               ? sgm_epsilon_pld(q, o.noise_multiplier, round + 1, o.delta, o.pld_interval)
-                               : sgm_epsilon(q, o.noise_multiplier, round + 1, o.delta).epsilon;
-    metrics.set("privacy/epsilon", at::scalar_tensor(epsilon, at::kDouble));
+    metrics.set("privacy/epsilon", at::scalar_tensor(epsilon(q, round + 1), at::kDouble));
     return noised;
+  }
+
+  // Every executor holds the server's value and runs this; the ledger is a pure function of
+  // (q, rounds), so the first executor to ask computes it (the PLD's FFTs) and the others read it.
+  double epsilon(double q, int64_t rounds) const {
+    std::lock_guard<std::mutex> lock(ledger_mutex);
+    if (ledger_key != std::make_pair(q, rounds)) {
+      ledger_value = o.accountant == "pld" ? sgm_epsilon_pld(q, o.noise_multiplier, rounds, o.delta, o.pld_interval)
+                                           : sgm_epsilon(q, o.noise_multiplier, rounds, o.delta).epsilon;
+      ledger_key = {q, rounds};
+    }
+    return ledger_value;
   }
 
   GaussianOptions o;
   std::vector<std::shared_ptr<const Aggregation::Stage>> before;
+  mutable std::mutex ledger_mutex;
+  mutable std::pair<double, int64_t> ledger_key{-1, -1};
+  mutable double ledger_value = 0;
 };
 
 // --- median: the coordinate-wise median (the mean of the two middle values for an even count).

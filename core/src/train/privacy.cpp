@@ -44,10 +44,7 @@ PrivacySpent sgm_epsilon(double q, double sigma, int64_t steps, double delta) {
   return best;
 }
 
-}  // namespace fax
-
 // --- The PLD accountant.
-namespace fax {
 namespace {
 
 double normal_upper(double x) { return 0.5 * std::erfc(x / std::sqrt(2.0)); }  // P(N(0,1) > x)
@@ -84,16 +81,12 @@ struct SampledGaussianPair {
             (1 - q) * normal_lower(t / sigma) + q * normal_lower((t - 1) / sigma),
             (1 - q) * normal_upper(t / sigma) + q * normal_upper((t - 1) / sigma)};
   }
-  double delta(double e) const {
-    const Tails s = at(e);
-    return std::max(0.0, s.p_above - std::exp(e) * s.q_above);
-  }
+  double delta(double e) const { return delta_of(e, at(e)); }
+
+  static double delta_of(double e, const Tails& s) { return std::max(0.0, s.p_above - std::exp(e) * s.q_above); }
   // delta(e) - (1 - e^e) = e^e Q(L <= e) - P(L <= e) >= 0: small, and exact from lower tails, left
   // of the bulk, where delta itself is 1 - e^e up to rounding.
-  double excess(double e) const {
-    const Tails s = at(e);
-    return std::max(0.0, std::exp(e) * s.q_below - s.p_below);
-  }
+  static double excess_of(double e, const Tails& s) { return std::max(0.0, std::exp(e) * s.q_below - s.p_below); }
 };
 
 // The e where a condition that holds from some point up starts to hold, to within `resolution`.
@@ -181,34 +174,28 @@ PrivacyLoss PrivacyLoss::sampled_gaussian(double q, double sigma, bool remove, d
             hi - lo + 1);
   const size_t m = static_cast<size_t>(hi - lo + 1);
   const auto loss = [&](size_t j) { return static_cast<double>(lo + static_cast<int64_t>(j)) * interval; };
-  std::vector<double> d(m), below(m);
+  std::vector<double> d(m), excess(m), below(m);
   for (size_t j = 0; j < m; ++j) {
     const Tails t = pair.at(loss(j));
-    d[j] = std::max(0.0, t.p_above - std::exp(loss(j)) * t.q_above);
+    d[j] = SampledGaussianPair::delta_of(loss(j), t);
+    excess[j] = SampledGaussianPair::excess_of(loss(j), t);
     below[j] = t.p_below;
   }
   // Delta_j = d_j - d_(j+1), segment by segment. Left of the median, d = 1 - e^e + excess with
   // the excess small: there Delta_j = e^(e_j) (e^h - 1) + excess_j - excess_(j+1), which keeps
   // the masses' absolute error near 1e-16 of e^e instead of 1e-16 / h (which, clamped at 0,
   // would put spurious mass in the low tail, more the finer the grid).
-  std::vector<double> step(m > 1 ? m - 1 : 0);
-  double excess_here = 0;
+  std::vector<double> step(m - 1);
   for (size_t j = 0; j + 1 < m; ++j) {
-    if (below[j + 1] < 0.5) {
-      if (j == 0 || below[j] >= 0.5) excess_here = pair.excess(loss(j));
-      const double excess_next = pair.excess(loss(j + 1));
-      step[j] = std::exp(loss(j)) * std::expm1(interval) + excess_here - excess_next;
-      excess_here = excess_next;
-    } else {
-      step[j] = d[j] - d[j + 1];
-    }
+    step[j] = below[j + 1] < 0.5 ? std::exp(loss(j)) * std::expm1(interval) + excess[j] - excess[j + 1]
+                                 : d[j] - d[j + 1];
   }
   // Masses whose delta passes through every (e_j, d_j), linear in e^e between them: p_j =
   // Delta_(j-1) / (1 - e^-h) - Delta_j / (e^h - 1); below the lowest point the line runs to
   // delta = 1 at e = -infinity (p_0 = 1 - d_0 - Delta_0 / (e^h - 1), with 1 - d_0 = e^(e_0) -
   // excess_0 left of the median), above the highest one d_(m-1) is at infinity.
   const double down = -std::expm1(-interval), up = std::expm1(interval);
-  const double first = below[0] < 0.5 ? std::exp(loss(0)) - pair.excess(loss(0)) : 1 - d[0];
+  const double first = below[0] < 0.5 ? std::exp(loss(0)) - excess[0] : 1 - d[0];
   std::vector<double> mass(m);
   for (size_t j = 0; j < m; ++j) {
     const double before = j == 0 ? first : step[j - 1] / down;

@@ -16,6 +16,9 @@ struct PrivacySpent {
   int order = 0;  ///< the Rényi order that gave it
 };
 
+/// The PLD grid the gaussian stage and `fax-run privacy` use unless told otherwise.
+constexpr double kPldInterval = 1e-3;
+
 /// (epsilon, delta)-DP after `steps` compositions of the sampled Gaussian mechanism, minimised over
 /// integer orders 2..256, with the conversion of Balle et al. 2020 (Theorem 21):
 /// epsilon = rdp + log((alpha - 1) / alpha) - (log(delta) + log(alpha)) / (alpha - 1).
@@ -33,8 +36,9 @@ class PrivacyLoss {
   /// al. 2022): the masses are chosen so that the grid PLD's delta equals the mechanism's exact
   /// delta at every grid point and interpolates it linearly in e^epsilon between them, which lies
   /// above the (convex) exact curve: a pessimistic bound with an error second order in the interval.
-  /// The loss range is cut where less than `tail` lies beyond (moved to infinity above, to the
-  /// lowest loss below: both pessimistic).
+  /// The loss range is cut at the top where delta falls to `tail` (delta there goes to infinity)
+  /// and at the bottom where less than `tail` lies below (moved up to the lowest loss): both
+  /// pessimistic.
   static PrivacyLoss sampled_gaussian(double q, double sigma, bool remove, double interval, double tail);
 
   /// This composed with itself `times` times (times >= 0), by repeated squaring with FFT
@@ -63,6 +67,6 @@ class PrivacyLoss {
 /// (epsilon, delta)-DP after `steps` compositions of the Poisson-subsampled Gaussian mechanism under
 /// add/remove adjacency, by the PLD accountant: the larger epsilon of the two directions. Tighter
 /// than sgm_epsilon (the Rényi bound), at the cost of FFTs over about (loss range / interval) points.
-double sgm_epsilon_pld(double q, double sigma, int64_t steps, double delta, double interval = 1e-4);
+double sgm_epsilon_pld(double q, double sigma, int64_t steps, double delta, double interval = kPldInterval);
 
 }  // namespace fax
