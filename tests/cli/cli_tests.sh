@@ -106,6 +106,11 @@ printed = {l.split()[0]: float(l.split()[2]) for l in open(sys.argv[3]) if l.sta
 assert abs(printed["rdp"] - rdp) < 1e-6 and abs(printed["pld"] - pld) < 1e-6, (printed, rdp, pld)
 PY
     run_expect 2 "give either --sampling-rate or --cohort and --population" -- "$FAX_RUN" privacy --rounds 6
+    run_expect 2 "--cohort \(10\) must be positive and at most --population \(5\)" -- \
+      "$FAX_RUN" privacy --cohort 10 --population 5 --rounds 6
+    run_expect 2 "--pld-interval: Value 1e-6 not in range" -- "$FAX_RUN" privacy --sampling-rate 0.1 --rounds 6 --pld-interval 1e-6
+    run_expect 2 "delta 1e-30 is below what the PLD accountant resolves after 6 rounds" -- \
+      "$FAX_RUN" privacy --sampling-rate 0.1 --rounds 6 --delta 1e-30 --accountant pld
     # Refused: keys out of their range, naming where the value came from.
     run_expect 2 "--set aggregation\.secure_sum\.bits=40: aggregation\.secure_sum\.bits: 40 is out of range \(must be in \[2, 32\]\)" -- \
       "$FAX_RUN" run "$WORK/secure.yaml" -q -o "$WORK/bits.h5" --set aggregation.secure_sum.bits=40
