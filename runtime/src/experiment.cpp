@@ -172,7 +172,7 @@ Server<TensorTree> Experiment::program(Program& p, TaskKind kind, const TensorTr
   const NonFinite nonfinite = config_.get_string("execution.nonfinite") == "drop" ? NonFinite::drop : NonFinite::stop;
   RoundContext ctx{p, model_, data_, p.round(), client_states_, nonfinite,
                    config_.get_bool("execution.factor_input_layer"), &aggregation_};
-  RoundMetrics metrics = algorithm_.round(state, ctx);
+  RoundMetrics metrics = aggregated_round(algorithm_, state, ctx);
   FAX_CHECK(aggregation_.plain() || ctx.aggregated,
             "{}: algorithm {} combines its clients' updates itself, not through mean_client_update, so the "
             "aggregation stages ({}) and clients.byzantine would do nothing; they apply to fedavg, fedopt, fedprox "
@@ -189,13 +189,6 @@ Server<TensorTree> Experiment::program(Program& p, TaskKind kind, const TensorTr
 
 namespace {
 constexpr const char* kClientStates = "client_states/";
-
-TensorTree without_prefix(const TensorTree& tree, const std::string& prefix) {
-  TensorTree out;
-  for (const auto& [name, t] : tree)
-    if (name.rfind(prefix, 0) != 0) out.set(name, t);
-  return out;
-}
 }  // namespace
 
 TensorTree Experiment::run_task(TaskKind kind, RoundInfo info, const Cohort& cohort, int64_t logical_shards,
@@ -215,7 +208,9 @@ TensorTree Experiment::run_task(TaskKind kind, RoundInfo info, const Cohort& coh
 }
 
 ServerState Experiment::init() {
-  return algorithm_.init(config_, model_, model_.init(server_generator(static_cast<uint64_t>(config_.get_int("seed")), -1)));
+  return with_aggregation_state(
+      algorithm_.init(config_, model_, model_.init(server_generator(static_cast<uint64_t>(config_.get_int("seed")), -1))),
+      aggregation_);
 }
 
 TensorTree Experiment::serve(Program& p, TaskKind kind, const TensorTree& input) {

@@ -5,7 +5,8 @@
 # checkpoint before exiting.
 # Environment: FAX_RUN, FAX_SOURCE_DIR, WORK, PYTHON (with h5py; with torch for the TorchScript
 # model). Arguments: number of trials; optionally `torchscript`: the model is an MLP exported from
-# PyTorch (experiments/fmnist_torchscript.py), trained with client momentum.
+# PyTorch (experiments/fmnist_torchscript.py), trained with client momentum; or `aggregation`: an
+# adaptive clip (server state) before top-k with error feedback (client state).
 set -uo pipefail
 trials=${1:-10}
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -15,6 +16,9 @@ rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
 if [[ ${2:-} == torchscript ]]; then
   "$PYTHON" "$FAX_SOURCE_DIR/experiments/fmnist_torchscript.py" "$WORK/net.pt" --sizes 60,32,10 || fail "export failed"
   settings+=(--set model.name=torchscript --set model.path="$WORK/net.pt" --set algorithm.client_momentum=0.9)
+elif [[ ${2:-} == aggregation ]]; then
+  settings+=(--set aggregation.stages=clip,top_k --set aggregation.clip.adaptive=true --set aggregation.clip.norm=0.1
+             --set aggregation.clip.count_noise=1 --set aggregation.top_k.fraction=0.1 --set aggregation.top_k.error_feedback=true)
 fi
 
 "$FAX_RUN" run "$experiment" -q -o reference.h5 "${settings[@]}" || fail "the reference run failed"

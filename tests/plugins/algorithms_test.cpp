@@ -41,6 +41,7 @@ class AlgorithmsTest : public test::SeededTest {
     config.resolve(schema);
     auto algorithm = plugin->create();
     ServerState state = algorithm->init(config, *model, initial);
+    if (aggregation) state = with_aggregation_state(std::move(state), *aggregation);
     Mesh mesh({2, 3});
     ClientStates states;
     std::vector<int64_t> ids;
@@ -54,7 +55,7 @@ class AlgorithmsTest : public test::SeededTest {
       const auto out = mesh.run(cohort, [&](Program& p) {
         ServerState s{clone(state.params), clone(state.extra)};
         RoundContext ctx{p, *model, *data, r, states, nonfinite, factor_input_layer, aggregation.get()};
-        const RoundMetrics m = algorithm->round(s, ctx);
+        const RoundMetrics m = aggregated_round(*algorithm, s, ctx);
         return Server<TensorTree>(join({prefixed(s.params, "params/"), prefixed(s.extra, "extra/"),
                                         prefixed(detach(m.server), "metrics/")}));
       }, {seed, r}).value();
@@ -424,6 +425,72 @@ TEST_F(AlgorithmsTest, ClipAndGaussianStagesAreDpFedAvg) {
                Error);
 }
 
+// Adaptive clipping (Andrew et al. 2021) over two rounds by hand: C starts at `norm` and moves by
+// exp(-clip_lr (unclipped share - target)) after each round; the second round clips with the
+// moved C, which is server state in the algorithm's extra (so checkpointed) under aggregation/.
+TEST_F(AlgorithmsTest, AdaptiveClipMatchesTwoHandComputedRounds) {
+  use_aggregation("clip", {"aggregation.clip.norm=0.05", "aggregation.clip.adaptive=true",
+                           "aggregation.clip.target_quantile=0.5", "aggregation.clip.clip_lr=0.3"});
+  TensorTree metrics;
+  const ServerState fax_state = run_plugin("fedavg", {"client_lr=0.5", "batch_size=0"}, 2, &metrics);
+  at::Tensor w = initial.at("w"), b = initial.at("b");
+  double clip = 0.05;
+  std::vector<int> unclipped_per_round;
+  for (int r = 0; r < 2; ++r) {
+    at::Tensor dw = at::zeros_like(w), db = at::zeros_like(b);
+    int unclipped = 0;
+    for (int64_t i = 0; i < 3; ++i) {
+      const auto [cw, cb] = local(i, w, b, 1, 0.5);
+      const at::Tensor uw = w - cw, ub = b - cb;
+      const double norm = std::sqrt(uw.pow(2).sum().item<double>() + ub.pow(2).sum().item<double>());
+      unclipped += norm <= clip;
+      dw += weight(i) * uw * std::min(1.0, clip / norm);
+      db += weight(i) * ub * std::min(1.0, clip / norm);
+    }
+    unclipped_per_round.push_back(unclipped);
+    w = w - dw / total_weight();
+    b = b - db / total_weight();
+    if (r == 1) {
+      EXPECT_NEAR(metrics.at("aggregation/clip_norm").item<double>(), clip, 1e-15);
+      EXPECT_NEAR(metrics.at("aggregation/unclipped_estimate").item<double>(), unclipped / 3.0, 1e-15);
+    }
+    clip *= std::exp(-0.3 * (unclipped / 3.0 - 0.5));
+  }
+  EXPECT_LT(unclipped_per_round[1], 3) << "the second round must clip for its C to matter";
+  EXPECT_TRUE(at::allclose(fax_state.params.at("w"), w, 1e-12, 1e-14));
+  EXPECT_TRUE(at::allclose(fax_state.params.at("b"), b, 1e-12, 1e-14));
+  ASSERT_TRUE(fax_state.extra.contains("aggregation/clip/norm"));
+  EXPECT_NEAR(fax_state.extra.at("aggregation/clip/norm").item<double>(), clip, 1e-15);
+}
+
+// With gaussian the unclipped count is released with noise N(0, count_noise^2) (its own stream)
+// and the ledger charges both releases at (z^-2 + (2 count_noise)^-2)^-1/2; without count noise
+// the pipeline is refused.
+TEST_F(AlgorithmsTest, AdaptiveClipWithGaussianChargesTheCountToTheLedger) {
+  const double z = 0.7, sigma = 1.5;
+  use_aggregation("clip,gaussian", {"aggregation.clip.norm=0.05", "aggregation.clip.adaptive=true",
+                                    "aggregation.clip.count_noise=1.5", "aggregation.gaussian.noise_multiplier=0.7"});
+  TensorTree metrics;
+  const ServerState state = run_plugin("fedavg", {"client_lr=0.5", "batch_size=0"}, 1, &metrics);
+  int unclipped = 0;
+  for (int64_t i = 0; i < 3; ++i) unclipped += flat_update(i, 1, 0.5).norm().item<double>() <= 0.05;
+  at::Generator g = server_generator(0, 0, 0x636f756e74);
+  const double share = (unclipped - 1.5 + sigma * at::randn({1}, g, at::kDouble).item<double>()) / 3.0 + 0.5;
+  EXPECT_NEAR(metrics.at("aggregation/unclipped_estimate").item<double>(), share, 1e-14);
+  EXPECT_NEAR(state.extra.at("aggregation/clip/norm").item<double>(), 0.05 * std::exp(-0.2 * (share - 0.5)), 1e-15);
+  EXPECT_NEAR(metrics.at("privacy/sensitivity").item<double>(), 0.05, 1e-15);
+  const double combined = 1 / std::sqrt(1 / (z * z) + 1 / (4 * sigma * sigma));
+  EXPECT_NEAR(metrics.at("privacy/epsilon").item<double>(), sgm_epsilon(1.0, combined, 1, 1e-5).epsilon, 1e-12);
+  EXPECT_GT(metrics.at("privacy/epsilon").item<double>(), sgm_epsilon(1.0, z, 1, 1e-5).epsilon);
+  try {
+    use_aggregation("clip,gaussian", {"aggregation.clip.adaptive=true"});
+    ADD_FAILURE() << "adaptive clipping without count noise was accepted with gaussian";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("aggregation.clip.count_noise is 0 with adaptive clipping and gaussian"),
+              std::string::npos) << e.what();
+  }
+}
+
 // Per-layer clipping: each of the L = 2 tensors to C / sqrt(2); the example-weighted mean.
 TEST_F(AlgorithmsTest, PerLayerClipMatchesAHandComputedRound) {
   const double bound = 0.05 / std::sqrt(2.0);
@@ -746,14 +813,14 @@ TEST(AggregationTest, RefusesStagesThatDoNotCompose) {
   refused("krum,secure_sum", "'secure_sum' sums the updates, but 'krum' before it already replaced their sum");
   refused("secure_sum,clip", "'clip' transforms each client's update, so it comes before 'secure_sum'");
   refused("clip,gaussian,secure_sum", "'secure_sum' comes before the server stages");
-  EXPECT_EQ(aggregation_keys("clip,secure_sum,gaussian", "x").size(), 10u);
-  EXPECT_EQ(aggregation_keys("clip,mean,gaussian", "x").size(), 6u);
+  EXPECT_EQ(aggregation_keys("clip,secure_sum,gaussian", "x").size(), 14u);
+  EXPECT_EQ(aggregation_keys("clip,mean,gaussian", "x").size(), 10u);
   refused("clip,,median", "has an empty stage name");
   refused("quantize,top_k", "'quantize' and 'top_k' both compress the update");
   refused("top_k,clip", "'clip' comes before 'top_k': a client sends its update compressed");
-  EXPECT_EQ(aggregation_keys("clip,quantize,gaussian", "x").size(), 9u);
-  EXPECT_EQ(aggregation_keys("clip,random_k,median", "x").size(), 4u);
-  EXPECT_EQ(aggregation_keys("clip,gaussian", "x").size(), 6u);
+  EXPECT_EQ(aggregation_keys("clip,quantize,gaussian", "x").size(), 13u);
+  EXPECT_EQ(aggregation_keys("clip,random_k,median", "x").size(), 8u);
+  EXPECT_EQ(aggregation_keys("clip,gaussian", "x").size(), 10u);
   EXPECT_EQ(aggregation_keys("", "x").size(), 0u);
 }
 

@@ -142,6 +142,13 @@ TensorTree unprefixed(const TensorTree& a, const std::string& prefix) {
   return out;
 }
 
+TensorTree without_prefix(const TensorTree& a, const std::string& prefix) {
+  TensorTree out;
+  for (const auto& [name, t] : a)
+    if (name.rfind(prefix, 0) != 0) out.set(name, t);
+  return out;
+}
+
 TensorTree join(const std::vector<TensorTree>& trees) {
   TensorTree out;
   for (const auto& tree : trees) {

@@ -6,6 +6,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include <fax/base/error.h>
@@ -23,6 +24,7 @@ struct Aggregation::ClientRound {
   const ClientChunk& chunk;
   const at::Tensor& kept;  // [k]: 0 for a client dropped from the round (its row is zeros)
   ClientStates& states;
+  const TensorTree& state;  // the pipeline's server state this round
   TensorTree& stats;  // per-client statistics [k] for the round's metrics
 };
 
@@ -33,14 +35,29 @@ struct Aggregation::Stage {
   // Aggregators: the kept updates, flattened [n, P] -> the statistic [P].
   virtual at::Tensor aggregate(const at::Tensor& rows, int64_t /*round*/) const { return rows; }
   // Server stages: the sum of the updates -> what the server steps with.
-  virtual TensorTree server(const TensorTree& sum, uint64_t, int64_t, int64_t, int64_t, TensorTree&) const { return sum; }
+  virtual TensorTree server(const TensorTree& sum, uint64_t, int64_t, int64_t, int64_t, const TensorTree& /*state*/,
+                            TensorTree&) const {
+    return sum;
+  }
+  // Server state kept across rounds (keys under the stage's name), and the next round's from this
+  // round's client statistics (Aggregation::next_state).
+  virtual TensorTree initial_state() const { return {}; }
+  virtual TensorTree next_state(const TensorTree& /*state*/, const TensorTree& /*stat_sums*/, double /*kept*/,
+                                uint64_t, int64_t, int64_t, TensorTree& /*metrics*/) const {
+    return {};
+  }
+  // The noise std of a count the stage releases besides the sum (adaptive clipping's), which the
+  // privacy ledger must charge; none: it releases nothing.
+  virtual std::optional<double> released_count_noise() const { return std::nullopt; }
   // Whether a derivative through the stage is the stage's (federated AD through the round).
   virtual bool differentiable() const { return true; }
   // The sum stage: how the updates are summed (secure_sum); none: in the clear.
   virtual const SecureSum* secure() const { return nullptr; }
   // For DP: a bound on the L2 norm of what the stage passes on for one client whose update has
   // norm at most `bound` (the sum's leaves `like` give the sizes), and why there is none if not.
-  virtual double norm_bound(double bound, const TensorTree& /*like*/) const { return bound; }
+  virtual double norm_bound(double bound, const TensorTree& /*like*/, const TensorTree& /*state*/) const {
+    return bound;
+  }
   virtual std::string unbounded() const { return ""; }
 };
 
@@ -61,16 +78,27 @@ constexpr uint64_t kByzantineStream = 0x62797a;    // "byz"
 constexpr uint64_t kAttackStream = 0x61747461636b;  // "attack"
 constexpr uint64_t kNoiseStream = 0x6e6f697365;     // "noise"
 constexpr uint64_t kCompressStream = 0x636f6d70;    // "comp": stochastic rounding, random-k's coordinates
+constexpr uint64_t kCountStream = 0x636f756e74;     // "count": adaptive clipping's noise on its count
 // Error feedback's per-client residuals, in ClientStates beside any algorithm's state.
 const std::string kErrorState = "aggregation/error/";
 // Beside secure_sum's integers in the summed rows, under federated AD: the float rows the
 // derivative flows through.
 const std::string kPlain = "__secure/plain/";
 
-// --- clip: each update scaled to L2 norm at most `norm` (per_layer: each leaf to norm / sqrt(L)).
+// --- clip: each update scaled to L2 norm at most C (per_layer: each leaf to C / sqrt(L)). C is
+// `norm`, or with `adaptive` (Andrew et al. 2021) server state moved every round toward the
+// target quantile of the update norms: with b the noised share of unclipped updates,
+//   C <- C exp(-clip_lr (b - target_quantile)),
+//   b = (sum_i (unclipped_i - 1/2) + N(0, count_noise^2)) / n + 1/2   (n: the cohort size),
+// the centred count having sensitivity 1/2, so gaussian charges both releases at the combined
+// noise multiplier (z^-2 + (2 count_noise)^-2)^-1/2 (their Theorem 1).
 struct ClipOptions {
   double norm = 1.0;
   bool per_layer = false;
+  bool adaptive = false;
+  double target_quantile = 0.5;
+  double clip_lr = 0.2;
+  double count_noise = 0.0;
 };
 
 struct Clip final : Aggregation::Stage {
@@ -78,23 +106,59 @@ struct Clip final : Aggregation::Stage {
     static const Settings<ClipOptions> table = Settings<ClipOptions>()
         .add("norm", &ClipOptions::norm, "C: each client's update is scaled down to L2 norm at most C", positive())
         .add("per_layer", &ClipOptions::per_layer,
-             "clip each parameter tensor to C / sqrt(number of tensors) instead (the whole update stays within C)");
+             "clip each parameter tensor to C / sqrt(number of tensors) instead (the whole update stays within C)")
+        .add("adaptive", &ClipOptions::adaptive,
+             "move C every round toward the target quantile of the update norms (norm: its initial value; C is "
+             "checkpointed server state)")
+        .add("target_quantile", &ClipOptions::target_quantile, "adaptive: share of the updates C should leave unclipped",
+             in(0, 1))
+        .add("clip_lr", &ClipOptions::clip_lr, "adaptive: geometric step, C <- C exp(-clip_lr (unclipped share - target))",
+             positive())
+        .add("count_noise", &ClipOptions::count_noise,
+             "adaptive: noise std on the unclipped count the server sees (needed > 0 with gaussian: the count is "
+             "released too, and charged to the privacy ledger)", at_least(0));
     return table;
   }
   explicit Clip(ClipOptions o) : o(o) {}
 
+  static constexpr const char* kNorm = "clip/norm";
+  double bound(const TensorTree& state) const { return o.adaptive ? state.at(kNorm).item<double>() : o.norm; }
+
+  TensorTree initial_state() const override {
+    if (!o.adaptive) return {};
+    return TensorTree{{kNorm, at::scalar_tensor(o.norm, at::kDouble)}};
+  }
+
+  TensorTree next_state(const TensorTree& state, const TensorTree& stat_sums, double kept, uint64_t seed,
+                        int64_t round, int64_t cohort, TensorTree& metrics) const override {
+    if (!o.adaptive) return {};
+    const double clip = bound(state);
+    const double unclipped = kept - stat_sums.at(kClippedShare).item<double>();
+    at::Generator g = server_generator(seed, round, kCountStream);
+    const double noise = o.count_noise > 0 ? o.count_noise * at::randn({1}, g, at::kDouble).item<double>() : 0.0;
+    const double share = (unclipped - kept / 2 + noise) / static_cast<double>(cohort) + 0.5;
+    metrics.set("aggregation/clip_norm", at::scalar_tensor(clip, at::kDouble));
+    metrics.set("aggregation/unclipped_estimate", at::scalar_tensor(share, at::kDouble));
+    return TensorTree{{kNorm, at::scalar_tensor(clip * std::exp(-o.clip_lr * (share - o.target_quantile)), at::kDouble)}};
+  }
+
+  std::optional<double> released_count_noise() const override {
+    return o.adaptive ? std::optional<double>(o.count_noise) : std::nullopt;
+  }
+
   TensorTree client(const TensorTree& rows, const ClientRound& round) const override {
     TensorTree& stats = round.stats;
+    const double clip = bound(round.state);
     const auto factor = [](const at::Tensor& norms, double bound) {
       return (bound / norms.clamp_min(1e-12)).clamp_max(1.0);
     };
     const at::Tensor norms = row_sums(rows.map([](const at::Tensor& t) { return t * t; })).sqrt();
     if (!o.per_layer) {
-      stats.set("aggregation/clipped_fraction", norms.gt(o.norm).to(at::kDouble));
+      stats.set(kClippedShare, norms.gt(clip).to(at::kDouble));
       stats.set("aggregation/update_norm", norms.detach().to(at::kDouble));
-      return scale_rows(rows, factor(norms, o.norm));
+      return scale_rows(rows, factor(norms, clip));
     }
-    const double bound = o.norm / std::sqrt(static_cast<double>(rows.size()));
+    const double bound = clip / std::sqrt(static_cast<double>(rows.size()));
     at::Tensor clipped = at::zeros({leading_size(rows)}, at::kDouble);
     TensorTree out;
     for (const auto& [name, t] : rows) {
@@ -102,12 +166,16 @@ struct Clip final : Aggregation::Stage {
       clipped = clipped.logical_or(leaf_norms.gt(bound)).to(at::kDouble);
       out.set(name, scale_rows(TensorTree{{name, t}}, factor(leaf_norms, bound)).at(name));
     }
-    stats.set("aggregation/clipped_fraction", clipped);
+    stats.set(kClippedShare, clipped);
     stats.set("aggregation/update_norm", norms.detach().to(at::kDouble));
     return out;
   }
 
-  double norm_bound(double bound, const TensorTree&) const override { return std::min(bound, o.norm); }
+  double norm_bound(double bound, const TensorTree&, const TensorTree& state) const override {
+    return std::min(bound, this->bound(state));
+  }
+
+  static constexpr const char* kClippedShare = "aggregation/clipped_fraction";
 
   ClipOptions o;
 };
@@ -212,7 +280,7 @@ struct Quantize final : Compressor {
   // Rounding a tensor of n values moves each by less than its step (stochastic; half of it when
   // deterministic), and the step is at most 2 max|x| / (2^b - 1) <= 2 |x|_2 / (2^b - 1): so the
   // error is below 2 sqrt(n) |x| / (2^b - 1) (n: the largest tensor) and the bound grows by that.
-  double norm_bound(double bound, const TensorTree& like) const override {
+  double norm_bound(double bound, const TensorTree& like, const TensorTree&) const override {
     int64_t largest = 0;
     for (const auto& [name, t] : like) largest = std::max(largest, t.numel());
     const double levels = std::ldexp(1.0, static_cast<int>(o.bits)) - 1;
@@ -291,7 +359,7 @@ struct SecureSumStage final : Aggregation::Stage {
   const SecureSum* secure() const override { return &sum; }
   // Rounding to the grid moves each of the P values by at most half a step; clipping to the
   // range only shrinks them.
-  double norm_bound(double bound, const TensorTree& like) const override {
+  double norm_bound(double bound, const TensorTree& like, const TensorTree&) const override {
     return bound + std::sqrt(static_cast<double>(like.numel())) * sum.step() / 2;
   }
 
@@ -324,17 +392,28 @@ struct Gaussian final : Aggregation::Stage {
   }
   // `before`: the stages before it, which bound what one client contributes.
   Gaussian(GaussianOptions o, std::vector<std::shared_ptr<const Aggregation::Stage>> before)
-      : o(o), before(std::move(before)) {
+      : o(o), before(std::move(before)), ledger_noise(o.noise_multiplier) {
     // The PLD's cut tails (about 1e-15 a round) must stay far below delta for 10^4 rounds.
     FAX_CHECK(o.accountant != "pld" || o.delta >= 1e-9,
               "aggregation.gaussian.delta {} is below what the pld accountant resolves (1e-9): use accountant: rdp",
               o.delta);
+    // A count released beside the sum (sensitivity 1/2, noise sigma) shares the budget: the pair is
+    // one Gaussian mechanism of multiplier (z^-2 + (2 sigma)^-2)^-1/2 (Andrew et al. 2021, Thm 1).
+    double precision = 1 / (o.noise_multiplier * o.noise_multiplier);
+    for (const auto& stage : this->before) {
+      const std::optional<double> sigma = stage->released_count_noise();
+      if (!sigma) continue;
+      FAX_CHECK(*sigma > 0, "aggregation.clip.count_noise is 0 with adaptive clipping and gaussian: the unclipped count "
+                            "is released every round, so it needs noise too (Andrew et al. take about cohort / 20)");
+      precision += 1 / (4 * *sigma * *sigma);
+    }
+    ledger_noise = 1 / std::sqrt(precision);
   }
 
   TensorTree server(const TensorTree& sum, uint64_t seed, int64_t round, int64_t cohort, int64_t population,
-                    TensorTree& metrics) const override {
+                    const TensorTree& state, TensorTree& metrics) const override {
     double sensitivity = std::numeric_limits<double>::infinity();
-    for (const auto& stage : before) sensitivity = stage->norm_bound(sensitivity, sum);
+    for (const auto& stage : before) sensitivity = stage->norm_bound(sensitivity, sum, state);
     at::Generator g = server_generator(seed, round, kNoiseStream);
     const TensorTree noised = sum.map([&](const at::Tensor& t) {
       const at::Tensor noise = at::randn(t.sizes(), g, t.options().dtype(at::kDouble)).to(t.scalar_type());
@@ -353,8 +432,8 @@ struct Gaussian final : Aggregation::Stage {
   double epsilon(double q, int64_t rounds) const {
     std::lock_guard<std::mutex> lock(ledger_mutex);
     if (ledger_key != std::make_pair(q, rounds)) {
-      ledger_value = o.accountant == "pld" ? sgm_epsilon_pld(q, o.noise_multiplier, rounds, o.delta, o.pld_interval)
-                                           : sgm_epsilon(q, o.noise_multiplier, rounds, o.delta).epsilon;
+      ledger_value = o.accountant == "pld" ? sgm_epsilon_pld(q, ledger_noise, rounds, o.delta, o.pld_interval)
+                                           : sgm_epsilon(q, ledger_noise, rounds, o.delta).epsilon;
       ledger_key = {q, rounds};
     }
     return ledger_value;
@@ -362,6 +441,7 @@ struct Gaussian final : Aggregation::Stage {
 
   GaussianOptions o;
   std::vector<std::shared_ptr<const Aggregation::Stage>> before;
+  double ledger_noise;  // the multiplier the ledger charges: z, or combined with a released count's
   mutable std::mutex ledger_mutex;
   mutable std::pair<double, int64_t> ledger_key{-1, -1};
   mutable double ledger_value = 0;
@@ -660,7 +740,7 @@ bool Aggregation::differentiable() const {
 }
 
 TensorTree Aggregation::client_side(const ClientChunk& chunk, const TensorTree& rows, const at::Tensor& kept,
-                                    ClientStates& states, TensorTree& stats) const {
+                                    ClientStates& states, const TensorTree& state, TensorTree& stats) const {
   TensorTree out = rows;
   if (!byzantine_.empty()) {
     at::Tensor flags = at::zeros({chunk.size}, at::kDouble);
@@ -685,7 +765,7 @@ TensorTree Aggregation::client_side(const ClientChunk& chunk, const TensorTree& 
     out = cat(sent);
     stats.set("aggregation/byzantine_share", flags);
   }
-  const ClientRound round{chunk, kept, states, stats};
+  const ClientRound round{chunk, kept, states, state, stats};
   for (size_t s = 0; s < stages_.size(); ++s)
     if (roles_[s] == kClient) out = stages_[s]->client(out, round);
   return out;
@@ -728,12 +808,12 @@ TensorTree Aggregation::aggregate(const TensorTree& rows, int64_t round) const {
 }
 
 TensorTree Aggregation::server_side(const TensorTree& sum, uint64_t seed, int64_t round, int64_t cohort,
-                                    int64_t population, TensorTree& metrics) const {
+                                    int64_t population, const TensorTree& state, TensorTree& metrics) const {
   TensorTree out = sum;
   bool noised = false;
   for (size_t s = 0; s < stages_.size(); ++s) {
     if (roles_[s] != kServer) continue;
-    out = stages_[s]->server(out, seed, round, cohort, population, metrics);
+    out = stages_[s]->server(out, seed, round, cohort, population, state, metrics);
     noised = true;
   }
   // Noise on a secure sum is added inside the modulus, as clients adding shares of it to their
@@ -743,6 +823,19 @@ TensorTree Aggregation::server_side(const TensorTree& sum, uint64_t seed, int64_
   const auto leaves = out.tensors();
   const bool graph = std::any_of(leaves.begin(), leaves.end(), [](const at::Tensor& t) { return t.requires_grad(); });
   return graph ? with_sum_derivative(secure_->wrap(out), out) : secure_->wrap(out);
+}
+
+TensorTree Aggregation::initial_state() const {
+  std::vector<TensorTree> parts;
+  for (const auto& stage : stages_) parts.push_back(stage->initial_state());
+  return join(parts);
+}
+
+TensorTree Aggregation::next_state(const TensorTree& state, const TensorTree& stat_sums, double kept, uint64_t seed,
+                                   int64_t round, int64_t cohort, TensorTree& metrics) const {
+  std::vector<TensorTree> parts;
+  for (const auto& stage : stages_) parts.push_back(stage->next_state(state, stat_sums, kept, seed, round, cohort, metrics));
+  return join(parts);
 }
 
 }  // namespace fax

@@ -152,12 +152,32 @@ namespace {
 // The round's statistics of the client stages (Aggregation::client_side) ride along under this
 // prefix, summed, then divided by the number of clients kept.
 const std::string kStat = "__stat/";
+// The pipeline's server state inside ServerState::extra.
+const std::string kAggregationState = "aggregation/";
 
 // The aggregation's server metrics from the summed statistics.
 TensorTree stat_metrics(const TensorTree& sums, const at::Tensor& kept) {
   TensorTree metrics;
   for (const auto& [name, t] : unprefixed(sums, kStat)) metrics.set(name, (t / kept.clamp_min(1)).detach());
   return metrics;
+}
+
+// The pipeline's next server state from the summed statistics, once this round's stages used it.
+void advance_state(const RoundContext& ctx, const Aggregation& aggregation, const TensorTree& sums,
+                   const at::Tensor& kept, TensorTree& metrics) {
+  if (ctx.aggregation_state == nullptr) return;
+  *ctx.aggregation_state = aggregation.next_state(*ctx.aggregation_state, detach(unprefixed(sums, kStat)),
+                                                  kept.item<double>(), ctx.program.seed(), ctx.round,
+                                                  ctx.program.cohort_size(), metrics);
+}
+
+const TensorTree& pipeline_state(const RoundContext& ctx, const Aggregation& aggregation) {
+  static const TensorTree none;
+  if (ctx.aggregation_state != nullptr) return *ctx.aggregation_state;
+  FAX_CHECK(aggregation.initial_state().empty(),
+            "aggregation {}: the pipeline keeps server state across rounds (adaptive clipping), which this round "
+            "was not given: run the algorithm through fax::aggregated_round", aggregation.describe());
+  return none;
 }
 
 // mean_client_update with a robust aggregator: every kept update, after the client stages, is
@@ -168,9 +188,10 @@ RoundUpdate gathered_update(const RoundContext& ctx, const TensorTree& params, c
             "aggregation {}: a robust aggregator has no derivative to take; federated AD through the round (e.g. "
             "hypergrad_fedavg) needs a sum-based pipeline", aggregation.describe());
   const ClientUpdates local = train_clients(ctx, broadcast(Server<TensorTree>(params)), training);
+  const TensorTree& state = pipeline_state(ctx, aggregation);
   const auto sent = map_clients([&](const ClientChunk& chunk, const TensorTree& deltas, const at::Tensor& kept) {
     TensorTree stats;
-    TensorTree rows = aggregation.client_side(chunk, deltas, kept, ctx.client_states, stats);
+    TensorTree rows = aggregation.client_side(chunk, deltas, kept, ctx.client_states, state, stats);
     for (const auto& [name, t] : stats) rows.set(kStat + name, t * kept.to(t.scalar_type()));
     return rows;
   }, local.deltas, local.kept);
@@ -183,7 +204,11 @@ RoundUpdate gathered_update(const RoundContext& ctx, const TensorTree& params, c
   RoundUpdate update{local.losses, local.weights, local.kept, aggregation.aggregate(gathered, ctx.round), {}, {}};
   update.client_metrics = unprefixed(sent.value(), kStat);
   const TensorTree stats = prefixed(update.client_metrics, kStat);
-  if (!stats.empty()) update.metrics = stat_metrics(sum(Clients<TensorTree>(stats)).value(), kept.sum());
+  if (!stats.empty()) {
+    const TensorTree sums = sum(Clients<TensorTree>(stats)).value();
+    update.metrics = stat_metrics(sums, kept.sum());
+    advance_state(ctx, aggregation, sums, kept.sum(), update.metrics);
+  }
   return update;
 }
 
@@ -199,6 +224,7 @@ RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params
             "hypergrad_fedavg) needs a pipeline without quantize, top_k or random_k", aggregation.describe());
   if (aggregation.gathers()) return gathered_update(ctx, params, training, aggregation);
   const bool plain = aggregation.plain();
+  const TensorTree& state = pipeline_state(ctx, aggregation);
   const auto start = broadcast(Server<TensorTree>(params));
   const auto lr = broadcast(training.lr);
   // Streamed: each chunk's weighted deltas join the running sum, so memory follows the chunk size.
@@ -222,7 +248,7 @@ RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params
         TensorTree stats;
         const TensorTree deltas = plain ? deltas_of(trained, input_weight)
                                         : aggregation.client_side(chunk, deltas_of(trained), kept,
-                                                                  ctx.client_states, stats);
+                                                                  ctx.client_states, state, stats);
         ChunkRows result;
         result.sum = aggregation.send(chunk, scale_rows(deltas, weights), stats);
         if (input) result.summed.set(input_weight, input_layer_sum(trained, input_weight, weights));
@@ -252,10 +278,11 @@ RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params
     // on who was kept (a data-dependent denominator would leak).
     const int64_t n = ctx.program.cohort_size();
     update.mean = scale(aggregation.server_side(summed, ctx.program.seed(), ctx.round, n, ctx.data.num_clients(),
-                                                update.metrics), 1.0 / static_cast<double>(n));
+                                                state, update.metrics), 1.0 / static_cast<double>(n));
   } else {
     for (const auto& [name, t] : summed) update.mean.set(name, t / total);
   }
+  if (sums.contains(kKept)) advance_state(ctx, aggregation, sums, sums.at(kKept), update.metrics);
   return update;
 }
 
@@ -270,6 +297,33 @@ RoundMetrics round_metrics(const RoundContext& ctx, const RoundUpdate& update) {
   // Per client under the statistic's own name: aggregation/bits_sent -> /clients/bits_sent.
   for (const auto& [name, t] : update.client_metrics)
     metrics.clients.emplace_back(name.substr(name.rfind('/') + 1), Clients<at::Tensor>(t.detach()));
+  return metrics;
+}
+
+namespace {
+// An algorithm's own state must stay clear of the pipeline's.
+void check_algorithm_keys(const TensorTree& extra) {
+  for (const auto& [name, t] : extra)
+    FAX_CHECK(name.rfind(kAggregationState, 0) != 0,
+              "the algorithm's state has '{}', under '{}', which the aggregation pipeline keeps", name,
+              kAggregationState);
+}
+}  // namespace
+
+ServerState with_aggregation_state(ServerState state, const Aggregation& aggregation) {
+  check_algorithm_keys(state.extra);
+  state.extra = join({state.extra, prefixed(aggregation.initial_state(), kAggregationState)});
+  return state;
+}
+
+RoundMetrics aggregated_round(const Algorithm& algorithm, ServerState& state, RoundContext& ctx) {
+  TensorTree pipeline = unprefixed(state.extra, kAggregationState);
+  state.extra = without_prefix(state.extra, kAggregationState);
+  ctx.aggregation_state = &pipeline;
+  RoundMetrics metrics = algorithm.round(state, ctx);
+  ctx.aggregation_state = nullptr;
+  check_algorithm_keys(state.extra);
+  state.extra = join({state.extra, prefixed(pipeline, kAggregationState)});
   return metrics;
 }
 

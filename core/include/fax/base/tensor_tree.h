@@ -56,6 +56,8 @@ TensorTree zip_map(const TensorTree& a, const TensorTree& b,
 TensorTree prefixed(const TensorTree& a, const std::string& prefix);
 /// The leaves whose names start with `prefix`, with the prefix removed.
 TensorTree unprefixed(const TensorTree& a, const std::string& prefix);
+/// The leaves whose names do not start with `prefix`.
+TensorTree without_prefix(const TensorTree& a, const std::string& prefix);
 /// The leaves of every tree in order; a name in two trees is an error.
 TensorTree join(const std::vector<TensorTree>& trees);
 

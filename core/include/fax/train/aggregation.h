@@ -14,6 +14,9 @@
 // once (a weight would scale its sensitivity) and the noised sum is divided by the cohort size, as
 // in DP-FedAvg. `clients.byzantine` makes a share of the population (chosen from the seed) send
 // corrupted updates, before every stage, for research on robust aggregation.
+// Stages may keep server state across rounds (adaptive clipping's C): it lives in the algorithm's
+// ServerState::extra under "aggregation/", so it is checkpointed and travels with the round, but
+// the algorithm never sees it (aggregated_round splits it off).
 
 #include <cstdint>
 #include <memory>
@@ -81,8 +84,9 @@ class Aggregation {
   /// client stages in order. `kept` [k] is 0 for a client dropped from the round; `states` holds
   /// error feedback's residuals. Per-client statistics for the round's metrics are added to
   /// `stats` (name -> [k], summed over the cohort and divided by its size: shares and means).
+  /// `state`: the pipeline's server state this round (initial_state() at the first).
   TensorTree client_side(const ClientChunk& chunk, const TensorTree& rows, const at::Tensor& kept,
-                         ClientStates& states, TensorTree& stats) const;
+                         ClientStates& states, const TensorTree& state, TensorTree& stats) const;
   /// What a chunk's clients send to be summed, from their weighted updates [k, ...] (after
   /// client_side): the updates themselves, or secure_sum's integers (with what the simulation
   /// needs beside them); secure_sum's per-client statistics go to `stats`.
@@ -95,7 +99,14 @@ class Aggregation {
   /// The server stages on the sum of the updates of a round with `cohort` clients drawn from
   /// `population`; server metrics (privacy/epsilon) are set in `metrics`.
   TensorTree server_side(const TensorTree& sum, uint64_t seed, int64_t round, int64_t cohort, int64_t population,
-                         TensorTree& metrics) const;
+                         const TensorTree& state, TensorTree& metrics) const;
+  /// The stages' server state before the first round (empty when no stage keeps any).
+  TensorTree initial_state() const;
+  /// The next round's state from this round's: `stat_sums` are the client statistics summed over
+  /// the kept clients (unnormalised), `kept` their number, `cohort` the round's cohort size;
+  /// metrics (aggregation/clip_norm) are set in `metrics`.
+  TensorTree next_state(const TensorTree& state, const TensorTree& stat_sums, double kept, uint64_t seed,
+                        int64_t round, int64_t cohort, TensorTree& metrics) const;
   /// Whether `client` of the population is byzantine.
   bool byzantine(int64_t client) const;
 

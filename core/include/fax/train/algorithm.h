@@ -38,6 +38,9 @@ struct RoundContext {
   bool factor_input_layer = true;
   /// How the clients' updates are combined (mean_client_update); null: the plain weighted mean.
   const Aggregation* aggregation = nullptr;
+  /// The pipeline's server state, which mean_client_update reads and advances (set by
+  /// aggregated_round; null: the pipeline keeps none).
+  TensorTree* aggregation_state = nullptr;
   /// Set by mean_client_update: the round went through the aggregation pipeline (an experiment
   /// with stages refuses an algorithm that combines its updates some other way).
   mutable bool aggregated = false;
@@ -70,5 +73,12 @@ class Algorithm {
   /// The parameters to evaluate on the test split.
   virtual TensorTree eval_params(const ServerState& state) const { return state.params; }
 };
+
+/// The state before round 0: the algorithm's, with the aggregation pipeline's server state
+/// (Aggregation::initial_state) under "aggregation/" in `extra`.
+ServerState with_aggregation_state(ServerState state, const Aggregation& aggregation);
+/// algorithm.round with the pipeline's server state split off `state.extra` (the algorithm sees
+/// and replaces only its own) into ctx.aggregation_state, and joined back once advanced.
+RoundMetrics aggregated_round(const Algorithm& algorithm, ServerState& state, RoundContext& ctx);
 
 }  // namespace fax
