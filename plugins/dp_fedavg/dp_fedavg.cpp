@@ -1,29 +1,25 @@
-// DP-FedAvg (McMahan et al. 2018) with optional adaptive clipping (Andrew et al. 2021): each
-// client's update is clipped to L2 norm C, the clipped updates are summed, Gaussian noise of
-// standard deviation z C is added to the sum on the server, and the result is divided by the
-// cohort size. Adaptive clipping moves C toward the target quantile of update norms:
-//   C <- C exp(-clip_lr (b - target_quantile)),  b = (#{norm <= C} + N(0, count_noise^2)) / n.
-// The privacy spent is tracked with the Rényi accountant of the sampled Gaussian mechanism
-// (sampling rate cohort / population, noise multiplier z, or with adaptive clipping the combined
-// (z^-2 + (2 count_noise)^-2)^-1/2 of Andrew et al.) and logged as epsilon at `delta` every round.
+// DP-FedAvg (McMahan et al. 2018) with optional adaptive clipping (Andrew et al. 2021), as a preset
+// of the aggregation pipeline: FedAvg whose updates go through `clip` (fixed, or adaptive toward a
+// quantile of the update norms) and `gaussian` (noise z C on the sum, which is divided by the
+// cohort size; the ledger logs epsilon every round). The keys are the plugin's own, kept from when
+// it did this by itself; `aggregation: [{clip: ...}, {gaussian: ...}]` under fedavg is the same
+// round, and combines with the other stages.
 
-#include <cmath>
-#include <limits>
+#include <memory>
 
-#include <ATen/ATen.h>
+#include <fmt/format.h>
 
 #include <fax/fax.h>
 
 namespace {
 
-// The server's noise comes from a sub-stream of its own, apart from the cohort draw.
-constexpr uint64_t kNoiseStream = 0x6e6f697365;  // "noise"
+constexpr const char* kStages = "clip,gaussian";
 
 class DpFedAvg final : public fax::Algorithm {
  public:
   static constexpr const char* name = "dp_fedavg";
   static constexpr const char* description =
-      "DP-FedAvg: clipped client updates, Gaussian noise on their sum, Rényi accounting (adaptive clipping optional)";
+      "DP-FedAvg: FedAvg through the aggregation pipeline clip (adaptive optional), gaussian; epsilon logged every round";
 
   struct Options {
     fax::ClientTrainingOptions client;
@@ -35,6 +31,7 @@ class DpFedAvg final : public fax::Algorithm {
     double clip_lr = 0.2;
     double count_noise = 0.0;
     double delta = 1e-5;
+    std::string accountant = "rdp";
   };
 
   static const fax::Settings<Options>& settings() {
@@ -49,7 +46,9 @@ class DpFedAvg final : public fax::Algorithm {
              fax::in(0, 1))
         .add("clip_lr", &Options::clip_lr, "adaptive clipping: geometric step on C", fax::positive())
         .add("count_noise", &Options::count_noise, "adaptive clipping: noise std on the unclipped count", fax::at_least(0))
-        .add("delta", &Options::delta, "delta of the reported (epsilon, delta)", fax::above(0, 1));
+        .add("delta", &Options::delta, "delta of the reported (epsilon, delta)", fax::above(0, 1))
+        .add("accountant", &Options::accountant, "rdp (Renyi) or pld (privacy loss distribution)",
+             fax::one_of({"rdp", "pld"}));
     return table;
   }
 
@@ -59,56 +58,47 @@ class DpFedAvg final : public fax::Algorithm {
     FAX_CHECK(!o_.adaptive_clipping || o_.noise_multiplier == 0 || o_.count_noise > 0,
               "{}: adaptive clipping with noise needs algorithm.count_noise > 0: the unclipped count is released too",
               config.origin("algorithm.count_noise").str());
-    // With adaptive clipping both queries share the privacy budget (Andrew et al. 2021, section 3).
-    const double z = o_.noise_multiplier, c = o_.count_noise;
-    effective_noise_ = o_.adaptive_clipping && z > 0 ? 1.0 / std::sqrt(1.0 / (z * z) + 1.0 / (4 * c * c)) : z;
-    fax::TensorTree extra{{"clip_norm", at::scalar_tensor(o_.clip_norm, at::kDouble)}};
-    return {std::move(params), std::move(extra)};
+    // The pipeline's settings, each from the key it came from (for messages).
+    fax::Config preset;
+    const auto set = [&](const char* key, const std::string& value, const char* from) {
+      preset.set(std::string("aggregation.") + key, value, config.origin(std::string("algorithm.") + from));
+    };
+    const auto number = [](double v) { return fmt::format("{}", v); };
+    set("stages", kStages, "clip_norm");
+    set("clip.norm", number(o_.clip_norm), "clip_norm");
+    set("clip.adaptive", o_.adaptive_clipping ? "true" : "false", "adaptive_clipping");
+    set("clip.target_quantile", number(o_.target_quantile), "target_quantile");
+    set("clip.clip_lr", number(o_.clip_lr), "clip_lr");
+    set("clip.count_noise", number(o_.count_noise), "count_noise");
+    set("gaussian.noise_multiplier", number(o_.noise_multiplier), "noise_multiplier");
+    set("gaussian.delta", number(o_.delta), "delta");
+    set("gaussian.accountant", o_.accountant, "accountant");
+    fax::Schema schema;
+    for (fax::ConfigKey& k : fax::aggregation_schema()) schema.add(std::move(k));
+    for (fax::ConfigKey& k : fax::aggregation_keys(kStages, name)) schema.add(std::move(k));
+    preset.resolve(schema);
+    pipeline_ = std::make_unique<fax::Aggregation>(preset, /*population=*/0, /*seed=*/0);
+    // The pipeline's server state (adaptive clipping's C) is this algorithm's.
+    return {std::move(params), pipeline_->initial_state()};
   }
 
   fax::RoundMetrics round(fax::ServerState& state, fax::RoundContext& ctx) const override {
-    const double clip = state.extra.at("clip_norm").item<double>();
-    const fax::ClientUpdates local =
-        fax::train_clients(ctx, fax::broadcast(fax::Server<fax::TensorTree>(state.params)), training_);
-    const auto norms = fax::map_clients([](const fax::TensorTree& d) {
-      return fax::row_sums(d.map([](const at::Tensor& t) { return t * t; })).sqrt();
-    }, local.deltas);
-    const auto clipped = fax::map_clients([clip](const fax::TensorTree& d, const at::Tensor& norm) {
-      return fax::scale_rows(d, (clip / norm.clamp_min(1e-12)).clamp_max(1.0));
-    }, local.deltas, norms);
-    const fax::TensorTree total = fax::sum(clipped).value();
-
-    const double n = static_cast<double>(ctx.program.cohort_size());
-    at::Generator g = fax::server_generator(ctx.program.seed(), ctx.round, kNoiseStream);
-    const fax::TensorTree noised = total.map([&](const at::Tensor& t) {
-      const at::Tensor noise = at::randn(t.sizes(), g, t.options().dtype(at::kDouble)).to(t.scalar_type());
-      return t + noise * (o_.noise_multiplier * clip);
-    });
-    state.params = fax::axpy(-o_.server_lr / n, noised, state.params);
-
-    const at::Tensor unclipped = fax::sum(fax::map_clients([clip](const at::Tensor& norm, const at::Tensor& kept) {
-      return norm.le(clip).to(at::kDouble) * kept.to(at::kDouble);
-    }, norms, local.kept)).value();
-    const double fraction = (unclipped.item<double>() + o_.count_noise * at::randn({1}, g, at::kDouble).item<double>()) / n;
-    const double next_clip = o_.adaptive_clipping ? clip * std::exp(-o_.clip_lr * (fraction - o_.target_quantile)) : clip;
-    state.extra = fax::TensorTree{{"clip_norm", at::scalar_tensor(next_clip, at::kDouble)}};
-
-    const double q = n / static_cast<double>(ctx.data.num_clients());
-    const double epsilon = effective_noise_ > 0 ? fax::sgm_epsilon(q, effective_noise_, ctx.round + 1, o_.delta).epsilon
-                                                : std::numeric_limits<double>::infinity();
-    fax::RoundMetrics metrics;
-    metrics.server.set("train/loss", fax::weighted_mean(local.losses, local.weights).value());
-    metrics.server.set("privacy/epsilon", at::scalar_tensor(epsilon, at::kDouble));
-    metrics.server.set("dp/clip_norm", at::scalar_tensor(clip, at::kDouble));
-    metrics.server.set("dp/unclipped_fraction", at::scalar_tensor(fraction, at::kDouble));
-    metrics.clients.emplace_back("update_norm", norms);
-    return metrics;
+    FAX_CHECK(ctx.aggregation == nullptr || ctx.aggregation->plain(),
+              "dp_fedavg is FedAvg through the aggregation stages {}; with aggregation stages or byzantine clients of "
+              "the experiment ({}) use fedavg and list every stage in aggregation:", kStages,
+              ctx.aggregation == nullptr ? "" : ctx.aggregation->describe());
+    fax::RoundContext own = ctx;
+    own.aggregation = pipeline_.get();
+    own.aggregation_state = &state.extra;
+    const fax::RoundUpdate update = fax::mean_client_update(own, state.params, training_);
+    state.params = fax::axpy(-o_.server_lr, update.mean, state.params);
+    return fax::round_metrics(own, update);
   }
 
  private:
   fax::ClientTraining training_;
   Options o_;
-  double effective_noise_ = 1.0;
+  std::unique_ptr<fax::Aggregation> pipeline_;
 };
 
 }  // namespace

@@ -685,7 +685,8 @@ import sys, h5py, numpy as np
 with h5py.File(sys.argv[1]) as f:
     eps = f["metrics/privacy/epsilon"][()]
     assert eps.shape == (4,) and np.all(np.isfinite(eps)) and np.all(np.diff(eps) > 0), eps
-    assert np.all(f["metrics/dp/clip_norm"][()] == 0.5)
+    assert np.all(f["metrics/privacy/sensitivity"][()] == 0.5)
+    assert np.all((f["metrics/aggregation/clipped_fraction"][()] >= 0) & (f["metrics/aggregation/clipped_fraction"][()] <= 1))
 PY
     ;;
   scaffold_states)

@@ -348,9 +348,12 @@ TEST_F(AlgorithmsTest, HypergradientMatchesFiniteDifferencesInTheClientLr) {
 // moves C by exp(-clip_lr (fraction unclipped - target)).
 TEST_F(AlgorithmsTest, DpFedAvgClipsAndAdaptsTheClipNorm) {
   const double clip = 0.05;
+  TensorTree metrics;
   const ServerState fax_state =
       run_plugin("dp_fedavg", {"client_lr=0.5", "batch_size=0", "noise_multiplier=0", "clip_norm=0.05",
-                               "adaptive_clipping=true", "target_quantile=0.5", "clip_lr=0.3", "server_lr=1.0"}, 1);
+                               "adaptive_clipping=true", "target_quantile=0.5", "clip_lr=0.3", "server_lr=1.0"}, 1,
+                 &metrics);
+  EXPECT_TRUE(std::isinf(metrics.at("privacy/epsilon").item<double>())) << "no noise, no privacy";
   at::Tensor sw = at::zeros_like(initial.at("w"));
   int unclipped = 0;
   for (int64_t i = 0; i < 3; ++i) {
@@ -361,7 +364,7 @@ TEST_F(AlgorithmsTest, DpFedAvgClipsAndAdaptsTheClipNorm) {
     sw += dw * std::min(1.0, clip / norm);
   }
   EXPECT_TRUE(at::allclose(fax_state.params.at("w"), initial.at("w") - sw / 3.0, 1e-10, 1e-12));
-  EXPECT_NEAR(fax_state.extra.at("clip_norm").item<double>(), clip * std::exp(-0.3 * (unclipped / 3.0 - 0.5)), 1e-12);
+  EXPECT_NEAR(fax_state.extra.at("clip/norm").item<double>(), clip * std::exp(-0.3 * (unclipped / 3.0 - 0.5)), 1e-12);
 }
 
 // The noise on the sum has standard deviation z C: compare a noised run with the noiseless one on

@@ -102,6 +102,9 @@ INSTANTIATE_TEST_SUITE_P(
         std::make_pair("quantize_error_feedback",
                        "aggregation: [{clip: {norm: 0.5}}, {quantize: {bits: 3, error_feedback: true}}]\n"),
         std::make_pair("clip_gaussian", "aggregation: [{clip: {norm: 0.1}}, {gaussian: {noise_multiplier: 0.5}}]\n"),
+        std::make_pair("adaptive_clip_gaussian",
+                       "aggregation: [{clip: {norm: 0.1, adaptive: true, count_noise: 0.5}}, "
+                       "{gaussian: {noise_multiplier: 0.5}}]\n"),
         std::make_pair("secure_sum_masked_dp",
                        "aggregation: [{clip: {norm: 0.5}}, {secure_sum: {bits: 20, range: 2, masks: true, neighbors: 2}}, "
                        "{gaussian: {noise_multiplier: 0.3}}]\n"),

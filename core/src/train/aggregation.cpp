@@ -379,7 +379,8 @@ struct Gaussian final : Aggregation::Stage {
     static const Settings<GaussianOptions> table = Settings<GaussianOptions>()
         .add("noise_multiplier", &GaussianOptions::noise_multiplier,
              "z: the noise on the sum has standard deviation z S (S: the bound on one client's contribution: "
-             "the clip norm C, grown by the rounding of quantize or secure_sum after it)", positive())
+             "the clip norm C, grown by the rounding of quantize or secure_sum after it); 0: no noise (an "
+             "ablation: the clipped, uniformly weighted mean, epsilon infinite)", at_least(0))
         .add("delta", &GaussianOptions::delta, "delta of the (epsilon, delta) the ledger reports", above(0, 1))
         .add("accountant", &GaussianOptions::accountant,
              "rdp: the Renyi bound of the sampled Gaussian mechanism; pld: its privacy loss distribution "
@@ -399,6 +400,7 @@ struct Gaussian final : Aggregation::Stage {
               o.delta);
     // A count released beside the sum (sensitivity 1/2, noise sigma) shares the budget: the pair is
     // one Gaussian mechanism of multiplier (z^-2 + (2 sigma)^-2)^-1/2 (Andrew et al. 2021, Thm 1).
+    if (o.noise_multiplier == 0) return;  // nothing private: the ledger says infinity
     double precision = 1 / (o.noise_multiplier * o.noise_multiplier);
     for (const auto& stage : this->before) {
       const std::optional<double> sigma = stage->released_count_noise();
@@ -430,6 +432,7 @@ struct Gaussian final : Aggregation::Stage {
   // Every executor holds the server's value and runs this; the ledger is a pure function of
   // (q, rounds), so the first executor to ask computes it (the PLD's FFTs) and the others read it.
   double epsilon(double q, int64_t rounds) const {
+    if (ledger_noise == 0) return std::numeric_limits<double>::infinity();
     std::lock_guard<std::mutex> lock(ledger_mutex);
     if (ledger_key != std::make_pair(q, rounds)) {
       ledger_value = o.accountant == "pld" ? sgm_epsilon_pld(q, ledger_noise, rounds, o.delta, o.pld_interval)
