@@ -25,6 +25,7 @@ struct PrivacyOptions {
   double delta = 1e-5;
   std::string accountant = "both";
   double pld_interval = kPldInterval;
+  double count_noise = 0;
 };
 
 int privacy_command(const PrivacyOptions& o) {
@@ -33,15 +34,20 @@ int privacy_command(const PrivacyOptions& o) {
   FAX_CHECK(!by_counts || (o.cohort > 0 && o.population >= o.cohort),
             "--cohort ({}) must be positive and at most --population ({})", o.cohort, o.population);
   const double q = by_counts ? static_cast<double>(o.cohort) / static_cast<double>(o.population) : o.rate;
-  std::printf("sampled Gaussian mechanism: q = %.6g, noise multiplier %g, %lld rounds, delta %g\n", q,
-              o.noise_multiplier, static_cast<long long>(o.rounds), o.delta);
+  const double z = combined_noise_multiplier(o.noise_multiplier, o.count_noise);
+  std::printf("sampled Gaussian mechanism: q = %.6g, noise multiplier %g, %lld rounds, delta %g\n", q, z,
+              static_cast<long long>(o.rounds), o.delta);
+  if (o.count_noise > 0) {
+    std::printf("(the sum's z %g and adaptive clipping's count noise %g, charged together)\n", o.noise_multiplier,
+                o.count_noise);
+  }
   if (o.accountant != "pld") {
-    const PrivacySpent spent = sgm_epsilon(q, o.noise_multiplier, o.rounds, o.delta);
+    const PrivacySpent spent = sgm_epsilon(q, z, o.rounds, o.delta);
     std::printf("  rdp  epsilon %.6f  (Renyi order %d)\n", spent.epsilon, spent.order);
   }
   if (o.accountant != "rdp") {
     std::printf("  pld  epsilon %.6f  (interval %g)\n",
-                sgm_epsilon_pld(q, o.noise_multiplier, o.rounds, o.delta, o.pld_interval), o.pld_interval);
+                sgm_epsilon_pld(q, z, o.rounds, o.delta, o.pld_interval), o.pld_interval);
   }
   return 0;
 }
@@ -62,6 +68,9 @@ Subcommand add_privacy_subcommand(CLI::App& app) {
       ->check(CLI::IsMember({"rdp", "pld", "both"}));
   cmd->add_option("--pld-interval", o->pld_interval, "the PLD grid (default 1e-3, as the stage's pld_interval)")
       ->check(CLI::Range(1e-4, 0.1));
+  cmd->add_option("--count-noise", o->count_noise,
+                  "adaptive clipping's aggregation.clip.count_noise (default 0: no count released)")
+      ->check(CLI::NonNegativeNumber);
   return {cmd, [o] { return privacy_command(*o); }};
 }
 

@@ -58,6 +58,9 @@ class DpFedAvg final : public fax::Algorithm {
     FAX_CHECK(!o_.adaptive_clipping || o_.noise_multiplier == 0 || o_.count_noise > 0,
               "{}: adaptive clipping with noise needs algorithm.count_noise > 0: the unclipped count is released too",
               config.origin("algorithm.count_noise").str());
+    FAX_CHECK(o_.accountant != "pld" || o_.delta >= 1e-9,
+              "{}: algorithm.delta {} is below what the pld accountant resolves (1e-9): use accountant: rdp",
+              config.origin("algorithm.delta").str(), o_.delta);
     // The pipeline's settings, each from the key it came from (for messages).
     fax::Config preset;
     const auto set = [&](const char* key, const std::string& value, const char* from) {
@@ -84,9 +87,8 @@ class DpFedAvg final : public fax::Algorithm {
 
   fax::RoundMetrics round(fax::ServerState& state, fax::RoundContext& ctx) const override {
     FAX_CHECK(ctx.aggregation == nullptr || ctx.aggregation->plain(),
-              "dp_fedavg is FedAvg through the aggregation stages {}; with aggregation stages or byzantine clients of "
-              "the experiment ({}) use fedavg and list every stage in aggregation:", kStages,
-              ctx.aggregation == nullptr ? "" : ctx.aggregation->describe());
+              "dp_fedavg is FedAvg through the aggregation stages {}; with the experiment's aggregation stages or "
+              "clients.byzantine, use fedavg and list every stage in aggregation:", kStages);
     fax::RoundContext own = ctx;
     own.aggregation = pipeline_.get();
     own.aggregation_state = &state.extra;

@@ -105,6 +105,17 @@ rdp, pld = (h5py.File(f)["metrics/privacy/epsilon"][()][-1] for f in sys.argv[1:
 printed = {l.split()[0]: float(l.split()[2]) for l in open(sys.argv[3]) if l.startswith("  ")}
 assert abs(printed["rdp"] - rdp) < 1e-6 and abs(printed["pld"] - pld) < 1e-6, (printed, rdp, pld)
 PY
+    # With an adaptive clip the ledger charges the noised count too; fax-run privacy --count-noise agrees.
+    run_expect 0 "" -- "$FAX_RUN" run "$WORK/dp.yaml" -q -o "$WORK/adaptive.h5" --set rounds=2 \
+      --set aggregation.clip.adaptive=true --set aggregation.clip.count_noise=2
+    run_expect 0 "" -- "$FAX_RUN" privacy --cohort 10 --population 100 -z 0.8 --rounds 2 --count-noise 2
+    "$PYTHON" - "$WORK/adaptive.h5" "$WORK/stdout" <<'PY' || fail "fax-run privacy --count-noise: $(cat "$WORK/stdout")"
+import sys, h5py
+m = h5py.File(sys.argv[1])["metrics"]
+printed = {l.split()[0]: float(l.split()[2]) for l in open(sys.argv[2]) if l.startswith("  ")}
+assert abs(printed["rdp"] - m["privacy/epsilon"][()][-1]) < 1e-6, (printed, m["privacy/epsilon"][()])
+assert m["aggregation/clip_norm"][()][1] != m["aggregation/clip_norm"][()][0]
+PY
     run_expect 2 "give either --sampling-rate or --cohort and --population" -- "$FAX_RUN" privacy --rounds 6
     run_expect 2 "--cohort \(10\) must be positive and at most --population \(5\)" -- \
       "$FAX_RUN" privacy --cohort 10 --population 5 --rounds 6

@@ -485,6 +485,14 @@ TEST_F(AlgorithmsTest, AdaptiveClipWithGaussianChargesTheCountToTheLedger) {
   const double combined = 1 / std::sqrt(1 / (z * z) + 1 / (4 * sigma * sigma));
   EXPECT_NEAR(metrics.at("privacy/epsilon").item<double>(), sgm_epsilon(1.0, combined, 1, 1e-5).epsilon, 1e-12);
   EXPECT_GT(metrics.at("privacy/epsilon").item<double>(), sgm_epsilon(1.0, z, 1, 1e-5).epsilon);
+  EXPECT_NEAR(combined, combined_noise_multiplier(z, sigma), 1e-15);
+  // Round 2 noises with the moved C: its sensitivity is the C it logs, not the initial one.
+  TensorTree second;
+  run_plugin("fedavg", {"client_lr=0.5", "batch_size=0"}, 2, &second);
+  EXPECT_NEAR(second.at("aggregation/clip_norm").item<double>(), state.extra.at("aggregation/clip/norm").item<double>(),
+              1e-15);
+  EXPECT_EQ(second.at("privacy/sensitivity").item<double>(), second.at("aggregation/clip_norm").item<double>());
+  EXPECT_NE(second.at("privacy/sensitivity").item<double>(), 0.05);
   try {
     use_aggregation("clip,gaussian", {"aggregation.clip.adaptive=true"});
     ADD_FAILURE() << "adaptive clipping without count noise was accepted with gaussian";

@@ -398,18 +398,15 @@ struct Gaussian final : Aggregation::Stage {
     FAX_CHECK(o.accountant != "pld" || o.delta >= 1e-9,
               "aggregation.gaussian.delta {} is below what the pld accountant resolves (1e-9): use accountant: rdp",
               o.delta);
-    // A count released beside the sum (sensitivity 1/2, noise sigma) shares the budget: the pair is
-    // one Gaussian mechanism of multiplier (z^-2 + (2 sigma)^-2)^-1/2 (Andrew et al. 2021, Thm 1).
+    // A count released beside the sum shares the budget: the pair is one Gaussian mechanism.
     if (o.noise_multiplier == 0) return;  // nothing private: the ledger says infinity
-    double precision = 1 / (o.noise_multiplier * o.noise_multiplier);
     for (const auto& stage : this->before) {
       const std::optional<double> sigma = stage->released_count_noise();
       if (!sigma) continue;
       FAX_CHECK(*sigma > 0, "aggregation.clip.count_noise is 0 with adaptive clipping and gaussian: the unclipped count "
                             "is released every round, so it needs noise too (Andrew et al. take about cohort / 20)");
-      precision += 1 / (4 * *sigma * *sigma);
+      ledger_noise = combined_noise_multiplier(ledger_noise, *sigma);
     }
-    ledger_noise = 1 / std::sqrt(precision);
   }
 
   TensorTree server(const TensorTree& sum, uint64_t seed, int64_t round, int64_t cohort, int64_t population,

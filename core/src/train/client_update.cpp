@@ -166,6 +166,10 @@ TensorTree stat_metrics(const TensorTree& sums, const at::Tensor& kept) {
 void advance_state(const RoundContext& ctx, const Aggregation& aggregation, const TensorTree& sums,
                    const at::Tensor& kept, TensorTree& metrics) {
   if (ctx.aggregation_state == nullptr) return;
+  FAX_CHECK(!ctx.state_advanced || aggregation.initial_state().empty(),
+            "round {}: mean_client_update ran twice in one round with aggregation {}, whose server state (and its "
+            "privacy ledger) advances once a round", ctx.round + 1, aggregation.describe());
+  ctx.state_advanced = true;
   *ctx.aggregation_state = aggregation.next_state(*ctx.aggregation_state, detach(unprefixed(sums, kStat)),
                                                   kept.item<double>(), ctx.program.seed(), ctx.round,
                                                   ctx.program.cohort_size(), metrics);

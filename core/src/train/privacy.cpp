@@ -265,6 +265,13 @@ double PrivacyLoss::epsilon(double delta) const {
   return 0;
 }
 
+double combined_noise_multiplier(double z, double count_noise) {
+  FAX_CHECK(z > 0 && count_noise >= 0, "noise multiplier {} and count noise {}: need z > 0 and count noise >= 0", z,
+            count_noise);
+  if (count_noise == 0) return z;
+  return 1 / std::sqrt(1 / (z * z) + 1 / (4 * count_noise * count_noise));
+}
+
 double sgm_epsilon_pld(double q, double sigma, int64_t steps, double delta, double interval) {
   FAX_CHECK(q >= 0 && q <= 1, "sampling rate {} is not in [0, 1]", q);
   FAX_CHECK(steps >= 0, "steps must be non-negative (got {})", steps);

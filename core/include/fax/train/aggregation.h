@@ -16,7 +16,7 @@
 // corrupted updates, before every stage, for research on robust aggregation.
 // Stages may keep server state across rounds (adaptive clipping's C): it lives in the algorithm's
 // ServerState::extra under "aggregation/", so it is checkpointed and travels with the round, but
-// the algorithm never sees it (aggregated_round splits it off).
+// the algorithm's round never sees it (aggregated_round splits it off; eval_params gets it).
 
 #include <cstdint>
 #include <memory>

@@ -41,6 +41,9 @@ struct RoundContext {
   /// The pipeline's server state, which mean_client_update reads and advances (set by
   /// aggregated_round; null: the pipeline keeps none).
   TensorTree* aggregation_state = nullptr;
+  /// Set once mean_client_update advanced that state: a second advance in the same round would
+  /// move it twice and release its noised statistics twice, which the ledger does not charge.
+  mutable bool state_advanced = false;
   /// Set by mean_client_update: the round went through the aggregation pipeline (an experiment
   /// with stages refuses an algorithm that combines its updates some other way).
   mutable bool aggregated = false;

@@ -69,4 +69,10 @@ class PrivacyLoss {
 /// than sgm_epsilon (the Rényi bound), at the cost of FFTs over about (loss range / interval) points.
 double sgm_epsilon_pld(double q, double sigma, int64_t steps, double delta, double interval = kPldInterval);
 
+/// The noise multiplier of the Gaussian mechanism that releases a sum of sensitivity 1 with noise
+/// multiplier `z` and a count of sensitivity 1/2 with noise std `count_noise` (adaptive clipping's
+/// centred count) together: (z^-2 + (2 count_noise)^-2)^-1/2 (Andrew et al. 2021, Theorem 1);
+/// `z` when count_noise is 0 (no count released).
+double combined_noise_multiplier(double z, double count_noise);
+
 }  // namespace fax
