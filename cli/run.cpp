@@ -205,6 +205,7 @@ int execute(const ExperimentSetup& setup, const std::string& source, const std::
   const StopSignals signals;
   const std::unique_ptr<Coordinator> coordinator = start_coordinator(remote, config, identity, quiet);
   Experiment experiment(config, *algorithm, *model, *data, coordinator.get());
+  if (point) experiment.check_resume(*point, fmt::format("{}: the checkpoint of round {}", output, after));
 
   std::optional<RunLog> log;
   if (resume) {

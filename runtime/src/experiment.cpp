@@ -230,6 +230,10 @@ ResumePoint resume_point(int64_t round, const TensorTree& checkpoint) {
           unprefixed(checkpoint, "client_states/")};
 }
 
+void Experiment::check_resume(const ResumePoint& resume, const std::string& where) const {
+  check_aggregation_state(resume.state, aggregation_, where);
+}
+
 RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumePoint* resume,
                           const std::function<bool()>& stop) {
   const uint64_t seed = static_cast<uint64_t>(config_.get_int("seed"));
@@ -245,6 +249,7 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
   result.state = init();
   const int64_t first = resume != nullptr ? resume->round : 0;
   if (resume != nullptr) {
+    check_resume(*resume, fmt::format("the checkpoint of round {}", resume->round));
     result.state = resume->state;
     client_states_.restore(resume->client_states);
   }

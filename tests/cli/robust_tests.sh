@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fax-run tried as a careless or hostile user would: full disks, outputs that are inputs, a second
-# writer, foreign checkpoints, another plugin build, YAML bombs. One case per ctest test:
+# writer, foreign or edited checkpoints, another plugin build, YAML bombs. One case per ctest test:
 # robust_tests.sh <case>. Each case first makes the failure happen, then checks that fax refused
 # it with one clear line (exit 2) and that nothing that existed before was lost.
 # Environment: FAX_RUN, FAX_SOURCE_DIR, WORK, PYTHON (with h5py).
@@ -320,6 +320,52 @@ PY
     expect_refused checkpoint_huge "/checkpoints/9+ is not named after a round" inspect resume
     expect_refused clients_short "/clients/train_loss does not have the shape of /clients/id" resume
     expect_refused config_number "" inspect plot resume
+    ;;
+  tampered_state)
+    # A checkpoint whose aggregation state was edited (adaptive clipping's C): resume refuses it with
+    # one line naming the checkpoint and the value, before the log is touched.
+    adaptive=(--set aggregation.stages=clip --set aggregation.clip.adaptive=true --set aggregation.clip.norm=0.1)
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/good.h5" "${settings[@]}" "${adaptive[@]}"
+    "$PYTHON" - "$WORK" <<'PY'
+import os, shutil, sys, h5py, numpy as np
+work = sys.argv[1]
+state = "extra/aggregation/clip/norm"
+def rep(f, v):
+    del f[state]
+    f[state] = v
+def leaves(f, names):
+    f.attrs["leaves"] = "\n".join(names)
+variants = {
+    "negative": lambda f: rep(f, -1.0),
+    "nan": lambda f: rep(f, np.nan),
+    "vector": lambda f: rep(f, np.ones(2)),
+    "missing": lambda f: (f.__delitem__(state), leaves(f, ["params/w", "params/b"])),
+    "unknown": lambda f: (f.create_dataset("extra/aggregation/other", data=1.0),
+                          leaves(f, ["params/w", "params/b", state, "extra/aggregation/other"])),
+}
+for name, change in variants.items():
+    os.makedirs(f"{work}/{name}")
+    shutil.copy(f"{work}/good.h5", f"{work}/{name}/run.h5")
+    shutil.copytree(f"{work}/good.h5.checkpoints", f"{work}/{name}/run.h5.checkpoints")
+    with h5py.File(f"{work}/{name}/run.h5", "a") as f:
+        for r in list(f["checkpoints"]):
+            link = f["checkpoints"].get(r, getlink=True)
+            del f["checkpoints"][r]
+            f["checkpoints"][r] = h5py.ExternalLink(link.filename.replace("good.h5", "run.h5"), "/")
+    last = sorted(os.listdir(f"{work}/{name}/run.h5.checkpoints"))[-1]
+    with h5py.File(f"{work}/{name}/run.h5.checkpoints/{last}", "a") as f:
+        change(f)
+PY
+    for variant in negative:"is -1; it must be finite and positive" nan:"is nan; it must be finite and positive" \
+                   vector:"extra/aggregation/clip/norm is a Double tensor of shape \[2\]; aggregation clip keeps a Double of shape \[\]" \
+                   missing:"lacks extra/aggregation/clip/norm, which aggregation clip keeps" \
+                   unknown:"has extra/aggregation/other, which aggregation clip does not keep"; do
+      name=${variant%%:*}
+      before=$(digest_run "$WORK/$name/run.h5")
+      run_expect 2 "^fax-run: .*$name/run\.h5: the checkpoint of round 6: .*${variant#*:}" -- \
+        "$FAX_RUN" resume "$WORK/$name/run.h5" -q
+      [[ $(digest_run "$WORK/$name/run.h5") == "$before" ]] || fail "$name: a refused resume changed the run's files"
+    done
     ;;
   resource_limits)
     # Sizes that cannot fit are refused before anything is allocated: one line, exit 2, in seconds.

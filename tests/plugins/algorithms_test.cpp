@@ -464,6 +464,16 @@ TEST_F(AlgorithmsTest, AdaptiveClipMatchesTwoHandComputedRounds) {
   EXPECT_TRUE(at::allclose(fax_state.params.at("b"), b, 1e-12, 1e-14));
   ASSERT_TRUE(fax_state.extra.contains("aggregation/clip/norm"));
   EXPECT_NEAR(fax_state.extra.at("aggregation/clip/norm").item<double>(), clip, 1e-15);
+  // A step that drives C to 0 or infinity (a huge count noise) stops the run, naming the round,
+  // rather than zeroing every later update.
+  use_aggregation("clip", {"aggregation.clip.adaptive=true", "aggregation.clip.count_noise=1e6",
+                           "aggregation.clip.clip_lr=1000"});
+  try {
+    run_plugin("fedavg", {"client_lr=0.5", "batch_size=0"}, 1);
+    ADD_FAILURE() << "a clip norm of 0 or infinity was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("round 1: the adaptive clip norm moved from 1 to "), std::string::npos) << e.what();
+  }
 }
 
 // With gaussian the unclipped count is released with noise N(0, count_noise^2) (its own stream)

@@ -42,6 +42,7 @@ struct Aggregation::Stage {
   // Server state kept across rounds (keys under the stage's name), and the next round's from this
   // round's client statistics (Aggregation::next_state).
   virtual TensorTree initial_state() const { return {}; }
+  virtual void check_state(const TensorTree& /*state*/, const std::string& /*where*/) const {}
   virtual TensorTree next_state(const TensorTree& /*state*/, const TensorTree& /*stat_sums*/, double /*kept*/,
                                 uint64_t, int64_t, int64_t, TensorTree& /*metrics*/) const {
     return {};
@@ -129,6 +130,13 @@ struct Clip final : Aggregation::Stage {
     return TensorTree{{kNorm, at::scalar_tensor(o.norm, at::kDouble)}};
   }
 
+  void check_state(const TensorTree& state, const std::string& where) const override {
+    if (!o.adaptive) return;
+    const double clip = bound(state);
+    FAX_CHECK(std::isfinite(clip) && clip > 0, "{}: the adaptive clip norm (aggregation/{}) is {}; it must be finite and "
+              "positive", where, kNorm, clip);
+  }
+
   TensorTree next_state(const TensorTree& state, const TensorTree& stat_sums, double kept, uint64_t seed,
                         int64_t round, int64_t cohort, TensorTree& metrics) const override {
     if (!o.adaptive) return {};
@@ -139,7 +147,13 @@ struct Clip final : Aggregation::Stage {
     const double share = (unclipped - kept / 2 + noise) / static_cast<double>(cohort) + 0.5;
     metrics.set("aggregation/clip_norm", at::scalar_tensor(clip, at::kDouble));
     metrics.set("aggregation/unclipped_estimate", at::scalar_tensor(share, at::kDouble));
-    return TensorTree{{kNorm, at::scalar_tensor(clip * std::exp(-o.clip_lr * (share - o.target_quantile)), at::kDouble)}};
+    const double next = clip * std::exp(-o.clip_lr * (share - o.target_quantile));
+    // A huge count noise can drive C to 0 (every update zeroed from then on) or to infinity.
+    FAX_CHECK(std::isfinite(next) && next > 0,
+              "round {}: the adaptive clip norm moved from {} to {} (unclipped estimate {}); lower aggregation.clip.clip_lr "
+              "or aggregation.clip.count_noise",
+              round + 1, clip, next, share);
+    return TensorTree{{kNorm, at::scalar_tensor(next, at::kDouble)}};
   }
 
   std::optional<double> released_count_noise() const override {
@@ -829,6 +843,14 @@ TensorTree Aggregation::initial_state() const {
   std::vector<TensorTree> parts;
   for (const auto& stage : stages_) parts.push_back(stage->initial_state());
   return join(parts);
+}
+
+bool Aggregation::stateful() const {
+  return std::any_of(stages_.begin(), stages_.end(), [](const auto& stage) { return !stage->initial_state().empty(); });
+}
+
+void Aggregation::check_state(const TensorTree& state, const std::string& where) const {
+  for (const auto& stage : stages_) stage->check_state(state, where);
 }
 
 TensorTree Aggregation::next_state(const TensorTree& state, const TensorTree& stat_sums, double kept, uint64_t seed,

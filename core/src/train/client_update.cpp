@@ -166,7 +166,7 @@ TensorTree stat_metrics(const TensorTree& sums, const at::Tensor& kept) {
 void advance_state(const RoundContext& ctx, const Aggregation& aggregation, const TensorTree& sums,
                    const at::Tensor& kept, TensorTree& metrics) {
   if (ctx.aggregation_state == nullptr) return;
-  FAX_CHECK(!ctx.state_advanced || aggregation.initial_state().empty(),
+  FAX_CHECK(!ctx.state_advanced || !aggregation.stateful(),
             "round {}: mean_client_update ran twice in one round with aggregation {}, whose server state (and its "
             "privacy ledger) advances once a round", ctx.round + 1, aggregation.describe());
   ctx.state_advanced = true;
@@ -178,7 +178,7 @@ void advance_state(const RoundContext& ctx, const Aggregation& aggregation, cons
 const TensorTree& pipeline_state(const RoundContext& ctx, const Aggregation& aggregation) {
   static const TensorTree none;
   if (ctx.aggregation_state != nullptr) return *ctx.aggregation_state;
-  FAX_CHECK(aggregation.initial_state().empty(),
+  FAX_CHECK(!aggregation.stateful(),
             "aggregation {}: the pipeline keeps server state across rounds (adaptive clipping), which this round "
             "was not given: run the algorithm through fax::aggregated_round", aggregation.describe());
   return none;
@@ -318,6 +318,24 @@ ServerState with_aggregation_state(ServerState state, const Aggregation& aggrega
   check_algorithm_keys(state.extra);
   state.extra = join({state.extra, prefixed(aggregation.initial_state(), kAggregationState)});
   return state;
+}
+
+void check_aggregation_state(const ServerState& state, const Aggregation& aggregation, const std::string& where) {
+  const TensorTree expected = aggregation.initial_state();
+  const TensorTree got = unprefixed(state.extra, kAggregationState);
+  for (const auto& [name, t] : got)
+    FAX_CHECK(expected.contains(name), "{}: the state has extra/{}{}, which aggregation {} does not keep", where,
+              kAggregationState, name, aggregation.plain() ? "(none)" : aggregation.describe());
+  for (const auto& [name, t] : expected) {
+    FAX_CHECK(got.contains(name), "{}: the state lacks extra/{}{}, which aggregation {} keeps", where, kAggregationState,
+              name, aggregation.describe());
+    const at::Tensor& value = got.at(name);
+    FAX_CHECK(value.sizes() == t.sizes() && value.scalar_type() == t.scalar_type(),
+              "{}: extra/{}{} is a {} tensor of shape [{}]; aggregation {} keeps a {} of shape [{}]", where,
+              kAggregationState, name, c10::toString(value.scalar_type()), fmt::join(value.sizes(), ", "),
+              aggregation.describe(), c10::toString(t.scalar_type()), fmt::join(t.sizes(), ", "));
+  }
+  aggregation.check_state(got, where);
 }
 
 RoundMetrics aggregated_round(const Algorithm& algorithm, ServerState& state, RoundContext& ctx) {

@@ -102,6 +102,11 @@ class Aggregation {
                          const TensorTree& state, TensorTree& metrics) const;
   /// The stages' server state before the first round (empty when no stage keeps any).
   TensorTree initial_state() const;
+  /// Whether some stage keeps server state across rounds.
+  bool stateful() const;
+  /// Refuses, naming `where`, a server state (keys as initial_state's) holding values the stages
+  /// cannot use.
+  void check_state(const TensorTree& state, const std::string& where) const;
   /// The next round's state from this round's: `stat_sums` are the client statistics summed over
   /// the kept clients (unnormalised), `kept` their number, `cohort` the round's cohort size;
   /// metrics (aggregation/clip_norm) are set in `metrics`.

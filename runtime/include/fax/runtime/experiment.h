@@ -77,6 +77,10 @@ class Experiment {
   /// completed round is checkpointed and the run ends the same way, within a local step.
   RunResult run(RunLog* log, const ProgressFn& progress, const ResumePoint* resume = nullptr,
                 const std::function<bool()>& stop = {});
+  /// Refuses, naming `where` (the log's checkpoint), a resume point this experiment cannot continue
+  /// from: its aggregation state missing, misshapen or unusable (check_aggregation_state). run()
+  /// checks it too; a caller checks first to refuse before it touches the log.
+  void check_resume(const ResumePoint& resume, const std::string& where) const;
 
   /// Mean cross-entropy and accuracy of `params` on the test split ("eval/loss", "eval/accuracy"),
   /// computed over the mesh.
