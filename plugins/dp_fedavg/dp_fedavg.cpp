@@ -58,6 +58,8 @@ class DpFedAvg final : public fax::Algorithm {
     FAX_CHECK(!o_.adaptive_clipping || o_.noise_multiplier == 0 || o_.count_noise > 0,
               "{}: adaptive clipping with noise needs algorithm.count_noise > 0: the unclipped count is released too",
               config.origin("algorithm.count_noise").str());
+    FAX_CHECK(o_.delta < 1, "{}: algorithm.delta is 1: an (epsilon, 1) guarantee promises nothing; take delta below 1 / "
+              "population (e.g. 1e-5)", config.origin("algorithm.delta").str());
     FAX_CHECK(o_.accountant != "pld" || o_.delta >= 1e-9,
               "{}: algorithm.delta {} is below what the pld accountant resolves (1e-9): use accountant: rdp",
               config.origin("algorithm.delta").str(), o_.delta);

@@ -398,6 +398,7 @@ TEST_F(AlgorithmsTest, ClipAndGaussianStagesAreDpFedAvg) {
   const ServerState piped = run_plugin("fedavg", {"client_lr=0.5", "batch_size=0"}, 1, &metrics);
   aggregation.reset();
   const ServerState dp = run_plugin("dp_fedavg", {"client_lr=0.5", "batch_size=0", "clip_norm=0.05", "noise_multiplier=0.7"}, 1);
+  EXPECT_THROW(run_plugin("dp_fedavg", {"clip_norm=0.05", "delta=1"}, 1), Error);
   for (const auto& [name, t] : dp.params) EXPECT_TRUE(at::allclose(piped.params.at(name), t, 1e-12, 1e-14)) << name;
   // By hand, the clip and the share clipped.
   at::Tensor total = at::zeros({8}, at::kDouble);
@@ -426,6 +427,7 @@ TEST_F(AlgorithmsTest, ClipAndGaussianStagesAreDpFedAvg) {
   EXPECT_LT(epsilon, metrics.at("privacy/epsilon").item<double>());
   EXPECT_THROW(use_aggregation("clip,gaussian", {"aggregation.gaussian.accountant=pld", "aggregation.gaussian.delta=1e-10"}),
                Error);
+  EXPECT_THROW(use_aggregation("clip,gaussian", {"aggregation.gaussian.delta=1"}), Error);
 }
 
 // Adaptive clipping (Andrew et al. 2021) over two rounds by hand: C starts at `norm` and moves by

@@ -408,6 +408,8 @@ struct Gaussian final : Aggregation::Stage {
   // `before`: the stages before it, which bound what one client contributes.
   Gaussian(GaussianOptions o, std::vector<std::shared_ptr<const Aggregation::Stage>> before)
       : o(o), before(std::move(before)), ledger_noise(o.noise_multiplier) {
+    FAX_CHECK(o.delta < 1, "aggregation.gaussian.delta is 1: an (epsilon, 1) guarantee promises nothing; take delta "
+                           "below 1 / population (e.g. 1e-5)");
     // The PLD's cut tails (about 1e-15 a round) must stay far below delta for 10^4 rounds.
     FAX_CHECK(o.accountant != "pld" || o.delta >= 1e-9,
               "aggregation.gaussian.delta {} is below what the pld accountant resolves (1e-9): use accountant: rdp",
