@@ -230,7 +230,27 @@ ResumePoint resume_point(int64_t round, const TensorTree& checkpoint) {
           unprefixed(checkpoint, "client_states/")};
 }
 
-void Experiment::check_resume(const ResumePoint& resume, const std::string& where) const {
+namespace {
+// A checkpoint's tree must have the leaves, shapes and dtypes of the state the experiment starts
+// from: anything else is another run's, or edited (it would fail later inside a plugin's round).
+void check_like(const TensorTree& got, const TensorTree& expected, const std::string& prefix, const std::string& where) {
+  for (const auto& [name, t] : got)
+    FAX_CHECK(expected.contains(name), "{}: the state has {}{}, which this experiment does not keep", where, prefix, name);
+  for (const auto& [name, t] : expected) {
+    FAX_CHECK(got.contains(name), "{}: the state lacks {}{}, which this experiment keeps", where, prefix, name);
+    const at::Tensor& value = got.at(name);
+    FAX_CHECK(value.sizes() == t.sizes() && value.scalar_type() == t.scalar_type(),
+              "{}: {}{} is a {} tensor of shape [{}]; this experiment keeps a {} of shape [{}]", where, prefix, name,
+              c10::toString(value.scalar_type()), fmt::join(value.sizes(), ", "), c10::toString(t.scalar_type()),
+              fmt::join(t.sizes(), ", "));
+  }
+}
+}  // namespace
+
+void Experiment::check_resume(const ResumePoint& resume, const std::string& where) {
+  const ServerState fresh = init();
+  check_like(resume.state.params, fresh.params, "params/", where);
+  check_like(resume.state.extra, fresh.extra, "extra/", where);
   check_aggregation_state(resume.state, aggregation_, where);
 }
 

@@ -322,8 +322,8 @@ PY
     expect_refused config_number "" inspect plot resume
     ;;
   tampered_state)
-    # A checkpoint whose aggregation state was edited (adaptive clipping's C): resume refuses it with
-    # one line naming the checkpoint and the value, before the log is touched.
+    # A checkpoint whose state was edited (adaptive clipping's C, a parameter's shape): resume
+    # refuses it with one line naming the checkpoint and the value, before the log is touched.
     adaptive=(--set aggregation.stages=clip --set aggregation.clip.adaptive=true --set aggregation.clip.norm=0.1)
     run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/good.h5" "${settings[@]}" "${adaptive[@]}"
     "$PYTHON" - "$WORK" <<'PY'
@@ -342,6 +342,8 @@ variants = {
     "missing": lambda f: (f.__delitem__(state), leaves(f, ["params/w", "params/b"])),
     "unknown": lambda f: (f.create_dataset("extra/aggregation/other", data=1.0),
                           leaves(f, ["params/w", "params/b", state, "extra/aggregation/other"])),
+    # Another model's parameters: refused before a plugin's round fails on them.
+    "params": lambda f: (f.__delitem__("params/w"), f.create_dataset("params/w", data=np.ones((3, 2)))),
 }
 for name, change in variants.items():
     os.makedirs(f"{work}/{name}")
@@ -357,9 +359,10 @@ for name, change in variants.items():
         change(f)
 PY
     for variant in negative:"is -1; it must be finite and positive" nan:"is nan; it must be finite and positive" \
-                   vector:"extra/aggregation/clip/norm is a Double tensor of shape \[2\]; aggregation clip keeps a Double of shape \[\]" \
-                   missing:"lacks extra/aggregation/clip/norm, which aggregation clip keeps" \
-                   unknown:"has extra/aggregation/other, which aggregation clip does not keep"; do
+                   vector:"extra/aggregation/clip/norm is a Double tensor of shape \[2\]; this experiment keeps a Double of shape \[\]" \
+                   missing:"lacks extra/aggregation/clip/norm, which this experiment keeps" \
+                   unknown:"has extra/aggregation/other, which this experiment does not keep" \
+                   params:"params/w is a Double tensor of shape \[3, 2\]; this experiment keeps a Float of shape \[[0-9, ]+\]"; do
       name=${variant%%:*}
       before=$(digest_run "$WORK/$name/run.h5")
       run_expect 2 "^fax-run: .*$name/run\.h5: the checkpoint of round 6: .*${variant#*:}" -- \

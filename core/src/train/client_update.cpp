@@ -321,21 +321,7 @@ ServerState with_aggregation_state(ServerState state, const Aggregation& aggrega
 }
 
 void check_aggregation_state(const ServerState& state, const Aggregation& aggregation, const std::string& where) {
-  const TensorTree expected = aggregation.initial_state();
-  const TensorTree got = unprefixed(state.extra, kAggregationState);
-  for (const auto& [name, t] : got)
-    FAX_CHECK(expected.contains(name), "{}: the state has extra/{}{}, which aggregation {} does not keep", where,
-              kAggregationState, name, aggregation.plain() ? "(none)" : aggregation.describe());
-  for (const auto& [name, t] : expected) {
-    FAX_CHECK(got.contains(name), "{}: the state lacks extra/{}{}, which aggregation {} keeps", where, kAggregationState,
-              name, aggregation.describe());
-    const at::Tensor& value = got.at(name);
-    FAX_CHECK(value.sizes() == t.sizes() && value.scalar_type() == t.scalar_type(),
-              "{}: extra/{}{} is a {} tensor of shape [{}]; aggregation {} keeps a {} of shape [{}]", where,
-              kAggregationState, name, c10::toString(value.scalar_type()), fmt::join(value.sizes(), ", "),
-              aggregation.describe(), c10::toString(t.scalar_type()), fmt::join(t.sizes(), ", "));
-  }
-  aggregation.check_state(got, where);
+  aggregation.check_state(unprefixed(state.extra, kAggregationState), where);
 }
 
 RoundMetrics aggregated_round(const Algorithm& algorithm, ServerState& state, RoundContext& ctx) {

@@ -80,9 +80,9 @@ class Algorithm {
 /// The state before round 0: the algorithm's, with the aggregation pipeline's server state
 /// (Aggregation::initial_state) under "aggregation/" in `extra`.
 ServerState with_aggregation_state(ServerState state, const Aggregation& aggregation);
-/// Refuses, naming `where` (a run log's checkpoint), a state whose pipeline part does not have the
-/// keys and shapes `aggregation` keeps, or holds values its stages cannot use (a clip norm that is
-/// not finite and positive).
+/// Refuses, naming `where` (a run log's checkpoint), a state whose pipeline part (keys as
+/// with_aggregation_state's) holds values the stages cannot use (a clip norm that is not finite
+/// and positive).
 void check_aggregation_state(const ServerState& state, const Aggregation& aggregation, const std::string& where);
 /// algorithm.round with the pipeline's server state split off `state.extra` (the algorithm sees
 /// and replaces only its own) into ctx.aggregation_state, and joined back once advanced.

@@ -78,9 +78,10 @@ class Experiment {
   RunResult run(RunLog* log, const ProgressFn& progress, const ResumePoint* resume = nullptr,
                 const std::function<bool()>& stop = {});
   /// Refuses, naming `where` (the log's checkpoint), a resume point this experiment cannot continue
-  /// from: its aggregation state missing, misshapen or unusable (check_aggregation_state). run()
-  /// checks it too; a caller checks first to refuse before it touches the log.
-  void check_resume(const ResumePoint& resume, const std::string& where) const;
+  /// from: a state whose leaves, shapes or dtypes are not those init() makes, or whose aggregation
+  /// state the stages cannot use (check_aggregation_state). run() checks it too; a caller checks
+  /// first to refuse before it touches the log.
+  void check_resume(const ResumePoint& resume, const std::string& where);
 
   /// Mean cross-entropy and accuracy of `params` on the test split ("eval/loss", "eval/accuracy"),
   /// computed over the mesh.
