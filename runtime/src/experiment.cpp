@@ -245,6 +245,33 @@ void check_like(const TensorTree& got, const TensorTree& expected, const std::st
               fmt::join(t.sizes(), ", "));
   }
 }
+
+// Client states (ClientStates::stacked()): one row per id, ids distinct and of this population's
+// clients, and a leaf named after a parameter ("w", "aggregation/error/w") shaped like it.
+void check_client_states(const TensorTree& states, const TensorTree& params, int64_t population,
+                         const std::string& where) {
+  if (states.empty()) return;
+  FAX_CHECK(states.contains("id") && states.at("id").dim() == 1 && states.at("id").scalar_type() == at::kLong,
+            "{}: client_states/id is missing or not an int64 vector", where);
+  const at::Tensor ids = states.at("id");
+  const int64_t n = ids.numel();
+  if (n > 0) {
+    FAX_CHECK(ids.min().item<int64_t>() >= 0 && ids.max().item<int64_t>() < population,
+              "{}: client_states/id holds ids outside the population's 0..{}", where, population - 1);
+    FAX_CHECK(std::get<0>(at::_unique(ids)).numel() == n, "{}: client_states/id names a client twice", where);
+  }
+  for (const auto& [name, t] : states) {
+    if (name == "id") continue;
+    FAX_CHECK(t.dim() >= 1 && t.size(0) == n, "{}: client_states/{} does not have one row per client id ({})", where,
+              name, n);
+    for (const auto& [param, p] : params) {
+      const bool named = name == param || (name.size() > param.size() && name.compare(name.size() - param.size(), param.size(), param) == 0 &&
+                                           name[name.size() - param.size() - 1] == '/');
+      FAX_CHECK(!named || t.sizes().slice(1) == p.sizes(), "{}: client_states/{} has rows of shape [{}]; parameter {} has [{}]",
+                where, name, fmt::join(t.sizes().slice(1), ", "), param, fmt::join(p.sizes(), ", "));
+    }
+  }
+}
 }  // namespace
 
 void Experiment::check_resume(const ResumePoint& resume, const std::string& where) {
@@ -252,6 +279,7 @@ void Experiment::check_resume(const ResumePoint& resume, const std::string& wher
   check_like(resume.state.params, fresh.params, "params/", where);
   check_like(resume.state.extra, fresh.extra, "extra/", where);
   check_aggregation_state(resume.state, aggregation_, where);
+  check_client_states(resume.client_states, fresh.params, data_.num_clients(), where);
 }
 
 RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumePoint* resume,

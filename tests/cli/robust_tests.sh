@@ -322,10 +322,12 @@ PY
     expect_refused config_number "" inspect plot resume
     ;;
   tampered_state)
-    # A checkpoint whose state was edited (adaptive clipping's C, a parameter's shape): resume
-    # refuses it with one line naming the checkpoint and the value, before the log is touched.
+    # A checkpoint whose state was edited (adaptive clipping's C, a parameter's shape, client states):
+    # resume refuses it with one line naming the checkpoint and the value, before the log is touched.
     adaptive=(--set aggregation.stages=clip --set aggregation.clip.adaptive=true --set aggregation.clip.norm=0.1)
     run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/good.h5" "${settings[@]}" "${adaptive[@]}"
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/feedback.h5" "${settings[@]}" --set aggregation.stages=top_k \
+      --set aggregation.top_k.fraction=0.1 --set aggregation.top_k.error_feedback=true
     "$PYTHON" - "$WORK" <<'PY'
 import os, shutil, sys, h5py, numpy as np
 work = sys.argv[1]
@@ -345,15 +347,29 @@ variants = {
     # Another model's parameters: refused before a plugin's round fails on them.
     "params": lambda f: (f.__delitem__("params/w"), f.create_dataset("params/w", data=np.ones((3, 2)))),
 }
-for name, change in variants.items():
+def edit_ids(f, change):
+    ids = f["client_states/id"][()]
+    change(ids)
+    del f["client_states/id"]
+    f["client_states/id"] = ids
+# Client states (error feedback's residuals): rows of another shape, ids outside the population,
+# an id twice.
+residual = "client_states/aggregation/error/w"
+feedback = {
+    "rows": lambda f: (f.__delitem__(residual), f.create_dataset(residual, data=np.ones((len(f["client_states/id"]), 3), np.float32))),
+    "ids": lambda f: edit_ids(f, lambda ids: ids.__setitem__(0, 100)),
+    "twice": lambda f: edit_ids(f, lambda ids: ids.__setitem__(1, ids[0])),
+}
+for base, edits in (("good", variants), ("feedback", feedback)):
+  for name, change in edits.items():
     os.makedirs(f"{work}/{name}")
-    shutil.copy(f"{work}/good.h5", f"{work}/{name}/run.h5")
-    shutil.copytree(f"{work}/good.h5.checkpoints", f"{work}/{name}/run.h5.checkpoints")
+    shutil.copy(f"{work}/{base}.h5", f"{work}/{name}/run.h5")
+    shutil.copytree(f"{work}/{base}.h5.checkpoints", f"{work}/{name}/run.h5.checkpoints")
     with h5py.File(f"{work}/{name}/run.h5", "a") as f:
         for r in list(f["checkpoints"]):
             link = f["checkpoints"].get(r, getlink=True)
             del f["checkpoints"][r]
-            f["checkpoints"][r] = h5py.ExternalLink(link.filename.replace("good.h5", "run.h5"), "/")
+            f["checkpoints"][r] = h5py.ExternalLink(link.filename.replace(f"{base}.h5", "run.h5"), "/")
     last = sorted(os.listdir(f"{work}/{name}/run.h5.checkpoints"))[-1]
     with h5py.File(f"{work}/{name}/run.h5.checkpoints/{last}", "a") as f:
         change(f)
@@ -362,7 +378,9 @@ PY
                    vector:"extra/aggregation/clip/norm is a Double tensor of shape \[2\]; this experiment keeps a Double of shape \[\]" \
                    missing:"lacks extra/aggregation/clip/norm, which this experiment keeps" \
                    unknown:"has extra/aggregation/other, which this experiment does not keep" \
-                   params:"params/w is a Double tensor of shape \[3, 2\]; this experiment keeps a Float of shape \[[0-9, ]+\]"; do
+                   params:"params/w is a Double tensor of shape \[3, 2\]; this experiment keeps a Float of shape \[[0-9, ]+\]" \
+                   rows:"client_states/aggregation/error/w has rows of shape \[3\]; parameter w has \[[0-9, ]+\]" \
+                   ids:"client_states/id holds ids outside the population's 0\.\.[0-9]+" twice:"client_states/id names a client twice"; do
       name=${variant%%:*}
       before=$(digest_run "$WORK/$name/run.h5")
       run_expect 2 "^fax-run: .*$name/run\.h5: the checkpoint of round 6: .*${variant#*:}" -- \
