@@ -233,7 +233,9 @@ ResumePoint resume_point(int64_t round, const TensorTree& checkpoint) {
 namespace {
 // A checkpoint's tree must have the leaves, shapes and dtypes of the state the experiment starts
 // from: anything else is another run's, or edited (it would fail later inside a plugin's round).
-void check_like(const TensorTree& got, const TensorTree& expected, const std::string& prefix, const std::string& where) {
+// With `finite`, values too (parameters are; an algorithm's extra state may hold infinities).
+void check_like(const TensorTree& got, const TensorTree& expected, const std::string& prefix, const std::string& where,
+                bool finite = false) {
   for (const auto& [name, t] : got)
     FAX_CHECK(expected.contains(name), "{}: the state has {}{}, which this experiment does not keep", where, prefix, name);
   for (const auto& [name, t] : expected) {
@@ -243,11 +245,14 @@ void check_like(const TensorTree& got, const TensorTree& expected, const std::st
               "{}: {}{} is a {} tensor of shape [{}]; this experiment keeps a {} of shape [{}]", where, prefix, name,
               c10::toString(value.scalar_type()), fmt::join(value.sizes(), ", "), c10::toString(t.scalar_type()),
               fmt::join(t.sizes(), ", "));
+    FAX_CHECK(!finite || !value.is_floating_point() || at::isfinite(value).all().item<bool>(),
+              "{}: {}{} holds NaN or infinite values", where, prefix, name);
   }
 }
 
 // Client states (ClientStates::stacked()): one row per id, ids distinct and of this population's
-// clients, and a leaf named after a parameter ("w", "aggregation/error/w") shaped like it.
+// clients, and a parameter's state (SCAFFOLD's under its name, error feedback's under
+// aggregation/error/) shaped and typed like it.
 void check_client_states(const TensorTree& states, const TensorTree& params, int64_t population,
                          const std::string& where) {
   if (states.empty()) return;
@@ -265,10 +270,11 @@ void check_client_states(const TensorTree& states, const TensorTree& params, int
     FAX_CHECK(t.dim() >= 1 && t.size(0) == n, "{}: client_states/{} does not have one row per client id ({})", where,
               name, n);
     for (const auto& [param, p] : params) {
-      const bool named = name == param || (name.size() > param.size() && name.compare(name.size() - param.size(), param.size(), param) == 0 &&
-                                           name[name.size() - param.size() - 1] == '/');
-      FAX_CHECK(!named || t.sizes().slice(1) == p.sizes(), "{}: client_states/{} has rows of shape [{}]; parameter {} has [{}]",
-                where, name, fmt::join(t.sizes().slice(1), ", "), param, fmt::join(p.sizes(), ", "));
+      if (name != param && name != "aggregation/error/" + param) continue;
+      FAX_CHECK(t.sizes().slice(1) == p.sizes() && t.scalar_type() == p.scalar_type(),
+                "{}: client_states/{} has {} rows of shape [{}]; parameter {} is a {} of shape [{}]", where, name,
+                c10::toString(t.scalar_type()), fmt::join(t.sizes().slice(1), ", "), param,
+                c10::toString(p.scalar_type()), fmt::join(p.sizes(), ", "));
     }
   }
 }
@@ -276,7 +282,7 @@ void check_client_states(const TensorTree& states, const TensorTree& params, int
 
 void Experiment::check_resume(const ResumePoint& resume, const std::string& where) {
   const ServerState fresh = init();
-  check_like(resume.state.params, fresh.params, "params/", where);
+  check_like(resume.state.params, fresh.params, "params/", where, /*finite=*/true);
   check_like(resume.state.extra, fresh.extra, "extra/", where);
   check_aggregation_state(resume.state, aggregation_, where);
   check_client_states(resume.client_states, fresh.params, data_.num_clients(), where);

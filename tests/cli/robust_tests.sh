@@ -324,6 +324,7 @@ PY
   tampered_state)
     # A checkpoint whose state was edited (adaptive clipping's C, a parameter's shape, client states):
     # resume refuses it with one line naming the checkpoint and the value, before the log is touched.
+    # (A NaN parameter is refused too: it would stop the run a round later, after the log was cut back.)
     adaptive=(--set aggregation.stages=clip --set aggregation.clip.adaptive=true --set aggregation.clip.norm=0.1)
     run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/good.h5" "${settings[@]}" "${adaptive[@]}"
     run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/feedback.h5" "${settings[@]}" --set aggregation.stages=top_k \
@@ -346,6 +347,7 @@ variants = {
                           leaves(f, ["params/w", "params/b", state, "extra/aggregation/other"])),
     # Another model's parameters: refused before a plugin's round fails on them.
     "params": lambda f: (f.__delitem__("params/w"), f.create_dataset("params/w", data=np.ones((3, 2)))),
+    "nanparams": lambda f: f["params/w"].write_direct(np.full(f["params/w"].shape, np.nan, np.float32)),
 }
 def edit_ids(f, change):
     ids = f["client_states/id"][()]
@@ -357,6 +359,7 @@ def edit_ids(f, change):
 residual = "client_states/aggregation/error/w"
 feedback = {
     "rows": lambda f: (f.__delitem__(residual), f.create_dataset(residual, data=np.ones((len(f["client_states/id"]), 3), np.float32))),
+    "rowtype": lambda f: (lambda rows: (f.__delitem__(residual), f.create_dataset(residual, data=rows.astype(np.float64))))(f[residual][()]),
     "ids": lambda f: edit_ids(f, lambda ids: ids.__setitem__(0, 100)),
     "twice": lambda f: edit_ids(f, lambda ids: ids.__setitem__(1, ids[0])),
 }
@@ -379,7 +382,9 @@ PY
                    missing:"lacks extra/aggregation/clip/norm, which this experiment keeps" \
                    unknown:"has extra/aggregation/other, which this experiment does not keep" \
                    params:"params/w is a Double tensor of shape \[3, 2\]; this experiment keeps a Float of shape \[[0-9, ]+\]" \
-                   rows:"client_states/aggregation/error/w has rows of shape \[3\]; parameter w has \[[0-9, ]+\]" \
+                   nanparams:"params/w holds NaN or infinite values" \
+                   rows:"client_states/aggregation/error/w has Float rows of shape \[3\]; parameter w is a Float of shape \[[0-9, ]+\]" \
+                   rowtype:"client_states/aggregation/error/w has Double rows of shape \[[0-9, ]+\]; parameter w is a Float" \
                    ids:"client_states/id holds ids outside the population's 0\.\.[0-9]+" twice:"client_states/id names a client twice"; do
       name=${variant%%:*}
       before=$(digest_run "$WORK/$name/run.h5")
