@@ -281,7 +281,10 @@ void check_client_states(const TensorTree& states, const TensorTree& params, int
 }  // namespace
 
 void Experiment::check_resume(const ResumePoint& resume, const std::string& where) {
-  const ServerState fresh = init();
+  check_resume(resume, init(), where);
+}
+
+void Experiment::check_resume(const ResumePoint& resume, const ServerState& fresh, const std::string& where) const {
   check_like(resume.state.params, fresh.params, "params/", where, /*finite=*/true);
   check_like(resume.state.extra, fresh.extra, "extra/", where);
   check_aggregation_state(resume.state, aggregation_, where);
@@ -303,7 +306,7 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
   result.state = init();
   const int64_t first = resume != nullptr ? resume->round : 0;
   if (resume != nullptr) {
-    check_resume(*resume, fmt::format("the checkpoint of round {}", resume->round));
+    check_resume(*resume, result.state, fmt::format("the checkpoint of round {}", resume->round));
     result.state = resume->state;
     client_states_.restore(resume->client_states);
   }

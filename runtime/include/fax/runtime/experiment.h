@@ -105,6 +105,8 @@ class Experiment {
   ClientStates& client_states() { return client_states_; }
 
  private:
+  // check_resume against `fresh`, the state init() made.
+  void check_resume(const ResumePoint& resume, const ServerState& fresh, const std::string& where) const;
   Server<TensorTree> program(Program& p, TaskKind kind, const TensorTree& input);
   TensorTree run_task(TaskKind kind, RoundInfo info, const Cohort& cohort, int64_t logical_shards,
                       const TensorTree& input);
