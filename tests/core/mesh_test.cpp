@@ -38,7 +38,20 @@ TEST(ShardLayout, ShardsDoNotDependOnExecutors) {
 TEST(ShardLayout, RejectsImpossibleMeshes) {
   EXPECT_THROW(ShardLayout(10, 0, 1), Error);
   EXPECT_THROW(ShardLayout(10, 2, 3), Error);
-  EXPECT_THROW(ShardLayout(0, 1, 1), Error);
+  EXPECT_THROW(ShardLayout(-1, 1, 1), Error);
+}
+
+// A cohort smaller than the shards (Poisson sampling draws any size) leaves the last shards empty.
+TEST(ShardLayout, SmallCohortsLeaveTheLastShardsEmpty) {
+  const ShardLayout layout(2, 4, 3);
+  EXPECT_EQ(layout.shard_clients(0), (Range{0, 1}));
+  EXPECT_EQ(layout.shard_clients(1), (Range{1, 2}));
+  EXPECT_EQ(layout.shard_clients(2), (Range{2, 2}));
+  EXPECT_EQ(layout.shard_clients(3), (Range{2, 2}));
+  EXPECT_EQ(layout.executor_clients(2), (Range{2, 2}));
+  const ShardLayout none(0, 2, 2);
+  EXPECT_EQ(none.executor_clients(0).size(), 0);
+  EXPECT_EQ(none.executor_clients(1).size(), 0);
 }
 
 TEST(Cohort, IdsAndWeights) {
@@ -48,7 +61,8 @@ TEST(Cohort, IdsAndWeights) {
   EXPECT_DOUBLE_EQ(c.weight(2), 0.5);
   EXPECT_DOUBLE_EQ(Cohort::range(4).weight(3), 1.0);
   EXPECT_THROW(Cohort({1, 2}, {1.0}), Error);
-  EXPECT_THROW(Cohort::range(0), Error);
+  EXPECT_EQ(Cohort::range(0).size(), 0);
+  EXPECT_THROW(Cohort::range(-1), Error);
 }
 
 TEST(Rng, StreamsAreKeyedBySeedRoundAndClientOnly) {
@@ -152,14 +166,15 @@ TEST(Mesh, ValidatesOptionsAndCohort) {
   EXPECT_THROW(Mesh({0}), Error);
   EXPECT_THROW(Mesh({4, 2}), Error);
   EXPECT_THROW(Mesh({1, 1, 0}), Error);
+  // An executor without clients cannot make rows from nothing: clients_from says so.
   Mesh mesh({2, 4});
-  auto trivial = [](Program&) { return Server<at::Tensor>(at::zeros({1})); };
   try {
-    mesh.run(Cohort::range(3), trivial, {0, 17});
+    mesh.run(Cohort::range(1), [](Program& p) {
+      return collect(p.clients_from([](int64_t, int64_t) { return at::zeros({1}); }));
+    });
     FAIL() << "expected fax::Error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("round 17"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("logical_shards (4)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("executor 1 holds no clients"), std::string::npos) << e.what();
   }
 }
 

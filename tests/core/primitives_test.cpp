@@ -1,3 +1,6 @@
+#include <atomic>
+#include <cmath>
+
 #include <torch/csrc/autograd/autograd.h>
 
 #include "helpers.h"
@@ -370,6 +373,70 @@ TEST_P(PrimitivesTest, PairMaskedMessagesAreUniform) {
   EXPECT_LT(masked.max().item<double>(), 42.6) << masked;
   EXPECT_LT(ring.max().item<double>(), 42.6) << ring;
   EXPECT_GT(clear.min().item<double>(), 42.6) << clear;
+}
+
+// Cohorts smaller than the logical shards (Poisson sampling draws any size, even 0): the empty
+// shards' chunks have no clients, their partial sums are -0.0, so every result has the bits of the
+// same cohort on as many shards as it has clients, for any executor count, gradients included.
+TEST(SmallCohorts, EmptyShardsChangeNoBitsAndNoExecutorWaits) {
+  const at::Tensor data = at::randn({3, 5}, at::kFloat);
+  const at::Tensor w = at::rand({3}, at::kFloat) + 0.5f;
+  // sum, mean, weighted_mean, map_sum_clients (with a leaf summed by the function itself), collect,
+  // and the gradient of a round-like function, with the number of no-client chunks seen.
+  const auto run = [&](int executors, int64_t shards, int64_t n, int64_t k) {
+    Mesh mesh({executors, shards, 1, k});
+    std::atomic<int> empty_chunks{0};
+    TensorTree out = mesh.run(Cohort::range(n), [&](Program& p) {
+      const auto x = p.local_rows(data.narrow(0, 0, n));
+      const auto wl = p.local_rows(w.narrow(0, 0, n));
+      const at::Tensor server = at::linspace(-1, 1, 5, at::kFloat).requires_grad_(true);
+      const MappedSum mapped = map_sum_clients([&](const ClientChunk& c, const at::Tensor& rows, const at::Tensor& s) {
+        if (c.size == 0) ++empty_chunks;
+        TensorTree keep, total, summed;
+        keep.set("id", at::arange(c.size, at::kLong) + (c.size > 0 ? c.client_id(0) : 0));
+        total.set("y", at::tanh(rows * s) * 3.7f);
+        summed.set("z", (rows * s).sum(0));
+        return ChunkRows{keep, total, summed};
+      }, x, broadcast(Server<at::Tensor>(server)));
+      const at::Tensor y = mapped.sum.value().at("y");
+      const at::Tensor grad = torch::autograd::grad({y.sum()}, {server})[0];
+      TensorTree result{{"sum", sum(x).value()}, {"mean", mean(x).value()},
+                        {"weighted_mean", weighted_mean(x, wl).value()}, {"y", y.detach()},
+                        {"z", mapped.sum.value().at("z").detach()}, {"grad", grad},
+                        {"ids", collect(Clients<at::Tensor>(mapped.keep.value().at("id"))).value()},
+                        {"rows", collect(x).value()}};
+      return Server<TensorTree>(result);
+    }).value();
+    out.set("empty_chunks", at::scalar_tensor(empty_chunks.load(), at::kLong));
+    return out;
+  };
+  for (int64_t n : {0, 1, 3}) {
+    for (int64_t k : {0, 1, 2}) {
+      const TensorTree reference = run(1, 4, n, k);
+      EXPECT_EQ(reference.at("empty_chunks").item<int64_t>(), 4 - n) << "one chunk per empty shard";
+      EXPECT_EQ(reference.at("rows").size(0), n);
+      EXPECT_TRUE(at::equal(reference.at("ids"), at::arange(n, at::kLong)));
+      for (int e : {2, 3, 4}) {
+        const TensorTree other = run(e, 4, n, k);
+        for (const auto& [name, t] : reference)
+          EXPECT_EQ(test::bytes_of(other.at(name)), test::bytes_of(t)) << name << ", N " << n << ", E " << e;
+      }
+      if (n > 0) {
+        // The same clients on n shards, none empty: the same bits.
+        const TensorTree full = run(1, n, n, k);
+        for (const char* name : {"sum", "mean", "weighted_mean", "y", "z", "grad"})
+          EXPECT_EQ(test::bytes_of(full.at(name)), test::bytes_of(reference.at(name))) << name << ", N " << n;
+      }
+    }
+  }
+  // The sum of nobody is -0.0 (the identity of addition), and so is the mean; the gradient 0.
+  const TensorTree none = run(2, 4, 0, 0);
+  for (const char* name : {"sum", "mean", "y"}) {
+    EXPECT_TRUE(at::equal(none.at(name), at::zeros({5}))) << name;
+    EXPECT_TRUE(std::signbit(none.at(name)[0].item<float>())) << name;
+  }
+  EXPECT_TRUE(at::equal(none.at("grad"), at::zeros({5})));
+  EXPECT_TRUE(at::isnan(none.at("weighted_mean")).all().item<bool>()) << "0 / 0: no weights";
 }
 
 }  // namespace

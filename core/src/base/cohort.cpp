@@ -14,14 +14,13 @@ int64_t part_begin(int64_t total, int64_t parts, int64_t i) {
 
 Cohort::Cohort(std::vector<int64_t> client_ids, std::vector<double> weights)
     : ids_(std::move(client_ids)), weights_(std::move(weights)) {
-  FAX_CHECK(!ids_.empty(), "a cohort needs at least one client");
   if (weights_.empty()) weights_.assign(ids_.size(), 1.0);
   FAX_CHECK(weights_.size() == ids_.size(), "cohort of {} clients given {} weights", ids_.size(),
             weights_.size());
 }
 
 Cohort Cohort::range(int64_t n) {
-  FAX_CHECK(n > 0, "a cohort needs at least one client (asked for {})", n);
+  FAX_CHECK(n >= 0, "a cohort cannot have {} clients", n);
   std::vector<int64_t> ids(n);
   for (int64_t i = 0; i < n; ++i) ids[i] = i;
   return Cohort(std::move(ids));
@@ -29,7 +28,7 @@ Cohort Cohort::range(int64_t n) {
 
 ShardLayout::ShardLayout(int64_t clients, int64_t logical_shards, int executors)
     : clients_(clients), shards_(logical_shards), executors_(executors) {
-  FAX_CHECK(clients > 0, "the cohort is empty");
+  FAX_CHECK(clients >= 0, "a cohort cannot have {} clients", clients);
   FAX_CHECK(logical_shards > 0, "execution.logical_shards must be positive (got {})", logical_shards);
   FAX_CHECK(executors > 0, "execution.executors must be positive (got {})", executors);
   FAX_CHECK(executors <= logical_shards,

@@ -64,6 +64,8 @@ Clients<at::Tensor> Program::weights(c10::ScalarType dtype) const {
 
 Clients<at::Tensor> Program::clients_from(const std::function<at::Tensor(int64_t, int64_t)>& make) const {
   std::vector<at::Tensor> rows;
+  FAX_CHECK(local_.size() > 0, "clients_from: executor {} holds no clients this round (a cohort of {} in {} logical "
+            "shards), so there is no row to take the shape from", executor_, cohort_size(), layout_.logical_shards());
   rows.reserve(local_.size());
   for (int64_t pos = local_.begin; pos < local_.end; ++pos) rows.push_back(make(cohort_.id(pos), pos));
   return Clients<at::Tensor>(at::stack(rows));
@@ -163,10 +165,6 @@ int Mesh::executors() const { return impl_->options.executors; }
 void Mesh::run_erased(const Cohort& cohort, RoundInfo info, const std::function<void(Program&)>& program) {
   FAX_CHECK(!Program::active(), "Mesh::run called from inside a running program");
   const MeshOptions& o = impl_->options;
-  FAX_CHECK(cohort.size() >= o.logical_shards,
-            "round {}: a cohort of {} clients is smaller than execution.logical_shards ({}); every "
-            "logical shard needs at least one client",
-            info.round, cohort.size(), o.logical_shards);
   const ShardLayout layout(cohort.size(), o.logical_shards, o.executors);
   impl_->group.reset();
 

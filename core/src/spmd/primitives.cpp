@@ -1,5 +1,7 @@
 #include <fax/spmd/primitives.h>
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -9,11 +11,20 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// The sum of no rows of x (an empty shard's): -0.0, the identity of floating-point addition
+// (x + -0.0 is x bit for bit, where +0.0 would turn a sum of -0.0 into +0.0), so the shard-ordered
+// sum of the others is unchanged; computed from x so that a gradient still reaches it.
+at::Tensor empty_sum(const at::Tensor& x) {
+  const at::Tensor zero = x.narrow(0, 0, 0).sum(0, false, x.scalar_type());
+  return at::isFloatingType(x.scalar_type()) ? zero.neg() : zero;
+}
+
 // Sum of rows [r.begin, r.end) of x, strictly in row order: one elementwise add per row, so the
 // bits do not depend on LibTorch's thread count or reduction blocking.
 // Adds rows [r.begin, r.end) of x to `total` (undefined: starts from the first row); out of place
 // when a gradient must flow through. map_sum_clients streams through the same adds.
 at::Tensor add_rows_in_order(at::Tensor total, const at::Tensor& x, Range r) {
+  if (!total.defined() && r.size() == 0) return empty_sum(x);
   const bool graph = at::GradMode::is_enabled();
   for (int64_t i = r.begin; i < r.end; ++i) {
     if (!total.defined()) {
@@ -136,12 +147,15 @@ Server<TensorTree> sum(const Clients<TensorTree>& x) {
   return Server<TensorTree>(x.value().with_tensors(sum_values(x.value().tensors())));
 }
 
-Server<at::Tensor> mean(const Clients<at::Tensor>& x) {
-  return Server<at::Tensor>(sum(x).value() / static_cast<double>(Program::current().cohort_size()));
-}
+namespace {
+// The mean of no clients is their sum (-0.0), not 0 / 0.
+double mean_divisor() { return static_cast<double>(std::max<int64_t>(Program::current().cohort_size(), 1)); }
+}  // namespace
+
+Server<at::Tensor> mean(const Clients<at::Tensor>& x) { return Server<at::Tensor>(sum(x).value() / mean_divisor()); }
 
 Server<TensorTree> mean(const Clients<TensorTree>& x) {
-  return Server<TensorTree>(scale(sum(x).value(), 1.0 / static_cast<double>(Program::current().cohort_size())));
+  return Server<TensorTree>(scale(sum(x).value(), 1.0 / mean_divisor()));
 }
 
 Server<at::Tensor> weighted_mean(const Clients<at::Tensor>& x, const Clients<at::Tensor>& w) {
@@ -207,6 +221,9 @@ std::vector<ClientChunk> chunks(const Program& p, int64_t chunk) {
   const Range shards = p.local_shards();
   for (int64_t s = shards.begin; s < shards.end; ++s) {
     const Range r = p.shard_rows(s);
+    // An empty shard is one chunk of no clients: its results give the values' structure (and
+    // map_sum_clients the shard's partial sum), so every executor takes part in what follows.
+    if (r.size() == 0) out.push_back({p, s, r.begin, 0});
     const int64_t step = chunk > 0 ? chunk : r.size();
     for (int64_t b = r.begin; b < r.end; b += step) out.push_back({p, s, b, std::min(step, r.end - b)});
   }

@@ -6,7 +6,8 @@
 namespace fax {
 
 /// The clients taking part in one round: their global ids in cohort order, and their weights
-/// (default 1). A client's *position* is its index in this order.
+/// (default 1). A client's *position* is its index in this order. It may be empty (a Poisson
+/// draw of nobody).
 class Cohort {
  public:
   explicit Cohort(std::vector<int64_t> client_ids, std::vector<double> weights = {});
@@ -34,7 +35,8 @@ struct Range {
 
 /// How a cohort of N clients is cut into L logical shards and how E executors own them. Shards are
 /// contiguous runs of cohort positions, as equal as possible (the first N mod L get one more);
-/// executors own contiguous runs of shards, as equal as possible. The cut into shards does not
+/// executors own contiguous runs of shards, as equal as possible; with N < L the last shards are
+/// empty. The cut into shards does not
 /// depend on E: that is what makes results independent of the executor count.
 class ShardLayout {
  public:

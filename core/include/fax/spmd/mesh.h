@@ -78,7 +78,8 @@ struct MeshOptions {
   /// Executor threads. Each runs the whole program on its own logical shards.
   int executors = 1;
   /// Logical shards the cohort is cut into (0: one per executor). Results depend on this number,
-  /// never on `executors`; it must be at least `executors` and at most the cohort size.
+  /// never on `executors`; it must be at least `executors`. A cohort smaller than it (Poisson
+  /// sampling draws any size, even 0) leaves shards empty: see map_clients.
   int64_t logical_shards = 0;
   /// LibTorch intra-op threads of each executor. Part of the reproducibility key: the client
   /// function's own kernels (GEMM, reductions) may split work by thread count.

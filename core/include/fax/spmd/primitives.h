@@ -26,11 +26,12 @@ Clients<at::Tensor> broadcast(const Server<at::Tensor>& x);
 Clients<TensorTree> broadcast(const Server<TensorTree>& x);
 
 /// Clients -> server: sum over all clients of the cohort, in client order inside each logical
-/// shard, then in shard order across shards: the same bits for any number of executors.
+/// shard, then in shard order across shards: the same bits for any number of executors. An empty
+/// shard adds -0.0, which changes no sum.
 Server<at::Tensor> sum(const Clients<at::Tensor>& x);
 Server<TensorTree> sum(const Clients<TensorTree>& x);
 
-/// sum(x) / N, N the cohort size.
+/// sum(x) / N, N the cohort size; the mean of no clients is their sum, -0.0.
 Server<at::Tensor> mean(const Clients<at::Tensor>& x);
 Server<TensorTree> mean(const Clients<TensorTree>& x);
 
@@ -99,7 +100,9 @@ struct MapOptions {
 /// Runs `fn` over this executor's clients in chunks and concatenates the results: a clients value.
 /// `fn` is batched over clients: it gets each argument's rows for the chunk (leading axis = chunk
 /// size) and returns a tensor or tree with one row per client of the chunk. It may take a
-/// `const ClientChunk&` first to learn the clients' ids and random streams. Gradients flow through
+/// `const ClientChunk&` first to learn the clients' ids and random streams. A logical shard without
+/// clients (a cohort smaller than the shards) is one chunk of size 0: `fn` must then return
+/// values with 0 rows and the shape it gives any other chunk. Gradients flow through
 /// `fn` (federated AD), including graphs it builds with create_graph.
 template <class F, class... T>
 auto map_clients(const MapOptions& options, F&& fn, const Clients<T>&... args) {
