@@ -134,13 +134,20 @@ RunLog RunLog::resume(const std::string& path, int64_t after_round) {
     const at::Tensor ids = reader.dataset("/clients/id");
     FAX_CHECK(ids.dim() == 2 && ids.scalar_type() == at::kLong && ids.size(0) >= static_cast<int64_t>(keep),
               "{}: /clients/id is not an int64 [rounds, cohort] dataset with a row for each of {} rounds", path, keep);
-    for (size_t r = 0; r < keep; ++r) m.client_ids.push_back(ids[static_cast<int64_t>(r)]);
+    // Rows without their padding (ids -1), which the commit sizes to the rows it keeps.
+    std::vector<int64_t> widths;
+    for (size_t r = 0; r < keep; ++r) {
+      const at::Tensor row = ids[static_cast<int64_t>(r)];
+      widths.push_back((row >= 0).sum().item<int64_t>());
+      m.client_ids.push_back(row.narrow(0, 0, widths.back()));
+    }
     for (const auto& name : reader.datasets_below("/clients")) {
       if (name == "id") continue;
       const at::Tensor values = reader.dataset("/clients/" + name);
       FAX_CHECK(values.sizes() == ids.sizes(), "{}: /clients/{} does not have the shape of /clients/id", path, name);
       std::vector<at::Tensor> rows;
-      for (size_t r = 0; r < m.client_ids.size(); ++r) rows.push_back(values[static_cast<int64_t>(r)].to(at::kDouble));
+      for (size_t r = 0; r < m.client_ids.size(); ++r)
+        rows.push_back(values[static_cast<int64_t>(r)].narrow(0, 0, widths[r]).to(at::kDouble));
       m.client_values.emplace_back(name, std::move(rows));
     }
   }
@@ -151,6 +158,18 @@ RunLog RunLog::resume(const std::string& path, int64_t after_round) {
   log.commit();
   return log;
 }
+
+namespace {
+// Per-client rows as one [rounds, widest] dataset: cohorts of varying size (Poisson sampling) are
+// padded at the end with `fill` (ids -1, values NaN).
+at::Tensor padded_rows(const std::vector<at::Tensor>& rows, double fill) {
+  int64_t widest = 0;
+  for (const at::Tensor& row : rows) widest = std::max(widest, row.numel());
+  at::Tensor out = at::full({static_cast<int64_t>(rows.size()), widest}, fill, rows.front().options());
+  for (size_t r = 0; r < rows.size(); ++r) out[static_cast<int64_t>(r)].narrow(0, 0, rows[r].numel()).copy_(rows[r]);
+  return out;
+}
+}  // namespace
 
 void RunLog::commit() {
   Impl& m = *impl_;
@@ -166,8 +185,9 @@ void RunLog::commit() {
       write_tensor(file, "/metrics/" + name, at::tensor(values, at::kDouble), path_);
     }
     if (!m.client_ids.empty()) {
-      write_tensor(file, "/clients/id", at::stack(m.client_ids), path_);
-      for (const auto& [name, rows] : m.client_values) write_tensor(file, "/clients/" + name, at::stack(rows), path_);
+      write_tensor(file, "/clients/id", padded_rows(m.client_ids, -1), path_);
+      for (const auto& [name, rows] : m.client_values)
+        write_tensor(file, "/clients/" + name, padded_rows(rows, std::numeric_limits<double>::quiet_NaN()), path_);
     }
     for (int64_t r : m.checkpoints) {
       checked(H5Lcreate_external(checkpoint_link(path_, r, m.run_id).c_str(), "/", file,
@@ -227,9 +247,6 @@ void RunLog::append_clients(const at::Tensor& ids, const std::vector<std::pair<s
   Impl& m = *impl_;
   const at::Tensor id_row = ids.to(at::kLong).contiguous();
   const int64_t width = id_row.numel();
-  FAX_CHECK(m.client_ids.empty() || m.client_ids.front().numel() == width,
-            "{}: a cohort of {} after cohorts of {}: per-client rows need a fixed cohort size", path_, width,
-            m.client_ids.empty() ? 0 : m.client_ids.front().numel());
   // Everything is checked before anything is kept, so a refused row leaves no partial row.
   std::vector<at::Tensor> rows;
   for (const auto& [name, v] : values) {
@@ -243,12 +260,18 @@ void RunLog::append_clients(const at::Tensor& ids, const std::vector<std::pair<s
     auto it = std::find_if(m.client_values.begin(), m.client_values.end(),
                            [&](const auto& e) { return e.first == values[i].first; });
     if (it == m.client_values.end()) {
-      m.client_values.emplace_back(values[i].first,
-                                   std::vector<at::Tensor>(previous, at::full({width}, std::numeric_limits<double>::quiet_NaN(), at::kDouble)));
+      std::vector<at::Tensor> earlier;
+      for (size_t r = 0; r < previous; ++r)
+        earlier.push_back(at::full({m.client_ids[r].numel()}, std::numeric_limits<double>::quiet_NaN(), at::kDouble));
+      m.client_values.emplace_back(values[i].first, std::move(earlier));
       it = std::prev(m.client_values.end());
     }
     it->second.push_back(rows[i]);
   }
+  // A metric this row lacks (a round without clients reports none): NaN.
+  for (auto& [name, series] : m.client_values)
+    if (series.size() < m.client_ids.size())
+      series.push_back(at::full({width}, std::numeric_limits<double>::quiet_NaN(), at::kDouble));
 }
 
 void RunLog::checkpoint(int64_t round, const TensorTree& state, int64_t keep) {

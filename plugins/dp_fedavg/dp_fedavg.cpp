@@ -99,6 +99,8 @@ class DpFedAvg final : public fax::Algorithm {
     return fax::round_metrics(own, update);
   }
 
+  bool adds_noise() const override { return o_.noise_multiplier > 0; }
+
  private:
   fax::ClientTraining training_;
   Options o_;

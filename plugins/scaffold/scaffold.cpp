@@ -62,7 +62,9 @@ class Scaffold final : public fax::Algorithm {
       at::Tensor finite = at::ones({steps.size(0)}, at::kBool);
       for (const auto& [name, t] : change) finite = finite & t.flatten(1).isfinite().all(1);
       change = change.map([&](const at::Tensor& t) {
-        return at::where(finite.view({-1, 1}).expand({t.size(0), t[0].numel()}).view(t.sizes()), t, at::zeros_like(t));
+        std::vector<int64_t> shape(t.dim(), 1);
+        shape[0] = t.size(0);
+        return at::where(finite.view(shape), t, at::zeros_like(t));
       });
       ctx.client_states.scatter(chunk, fax::add(ci, change));
       return change;

@@ -34,7 +34,13 @@ Schema experiment_schema() {
   Schema s;
   s.add(int_key("seed", "0", "seed of every random stream (cohorts, client shuffles, data, init)", 0));
   s.add(int_key("rounds", "100", "federated rounds to run", 1));
-  s.add(int_key("cohort.size", "10", "clients sampled per round (uniformly, without replacement)", 1));
+  s.add(int_key("cohort.size", "10",
+                "clients sampled per round (uniform: exactly this many, without replacement; poisson: this many "
+                "on average)", 1));
+  s.add(string_key("cohort.sampling", "uniform",
+                   "uniform: a fixed-size cohort; poisson: each client of the population joins a round independently "
+                   "with probability cohort.size / population (what DP accounting assumes), so a round may have "
+                   "none", {"uniform", "poisson"}));
   s.add(string_key("data.name", "synthetic", "the federated data set"));
   s.add(string_key("model.name", "softmax_regression", "the model"));
   s.add(string_key("algorithm.name", "fedavg", "the algorithm plugin (fax_<name>.so), or a path to one"));
@@ -73,7 +79,8 @@ MeshOptions mesh_options(const Config& config) {
     const int cores = std::max(1u, std::thread::hardware_concurrency());
     o.executors = static_cast<int>(std::min<int64_t>(std::max(1, cores / o.threads_per_executor), o.logical_shards));
   }
-  FAX_CHECK(o.logical_shards <= config.get_int("cohort.size"),
+  // Poisson cohorts of any size leave shards empty at times, which the engine allows.
+  FAX_CHECK(sampling(config) == Sampling::poisson || o.logical_shards <= config.get_int("cohort.size"),
             "{}: execution.logical_shards ({}) exceeds cohort.size ({}): every logical shard needs a client",
             config.origin("execution.logical_shards").str(), o.logical_shards, config.get_int("cohort.size"));
   FAX_CHECK(o.executors <= o.logical_shards,
@@ -82,14 +89,25 @@ MeshOptions mesh_options(const Config& config) {
   return o;
 }
 
-Cohort sample_cohort(const FederatedDataset& data, int64_t size, uint64_t seed, int64_t round) {
+Sampling sampling(const Config& config) {
+  return config.get_string("cohort.sampling") == "poisson" ? Sampling::poisson : Sampling::uniform;
+}
+
+Cohort sample_cohort(const FederatedDataset& data, int64_t size, uint64_t seed, int64_t round, Sampling sampling) {
   const int64_t population = data.num_clients();
   FAX_CHECK(size <= population, "cohort.size ({}) is larger than the population of {} ({} clients)", size,
             data.describe(), population);
-  const at::Tensor picked = at::randperm(population, server_generator(seed, round), at::kLong).narrow(0, 0, size);
-  std::vector<int64_t> ids(picked.data_ptr<int64_t>(), picked.data_ptr<int64_t>() + size);
+  at::Tensor picked;
+  if (sampling == Sampling::poisson) {
+    const double q = static_cast<double>(size) / static_cast<double>(population);
+    picked = (at::rand({population}, server_generator(seed, round), at::kDouble) < q).nonzero().view({-1});
+  } else {
+    picked = at::randperm(population, server_generator(seed, round), at::kLong).narrow(0, 0, size);
+  }
+  const int64_t n = picked.numel();
+  std::vector<int64_t> ids(picked.data_ptr<int64_t>(), picked.data_ptr<int64_t>() + n);
   std::vector<double> weights;
-  weights.reserve(size);
+  weights.reserve(n);
   for (int64_t id : ids) weights.push_back(static_cast<double>(data.num_examples(id)));
   return Cohort(std::move(ids), std::move(weights));
 }
@@ -102,7 +120,8 @@ Experiment::Experiment(const Config& config, Algorithm& algorithm, const Model& 
       data_(data),
       remote_(remote),
       mesh_options_(fax::mesh_options(config)),
-      aggregation_(config, data.num_clients(), static_cast<uint64_t>(config.get_int("seed"))) {
+      aggregation_(config, data.num_clients(), static_cast<uint64_t>(config.get_int("seed"))),
+      sampling_(sampling(config)) {
   // execution.vectorize 0 leaves the chunk to the model: a whole logical shard for batched models.
   if (mesh_options_.vectorize == 0) mesh_options_.vectorize = model.preferred_chunk();
   // Checked before any round (and before a run log is written).
@@ -126,7 +145,13 @@ StringPairs Experiment::environment() const {
           {"vectorize", std::to_string(o.vectorize)},
           {"hardware_threads", std::to_string(std::thread::hardware_concurrency())},
           {"data", data_.describe()},
-          {"model", model_.describe()}};
+          {"model", model_.describe()},
+          {"cohort_sampling",
+           sampling(config_) == Sampling::poisson
+               ? "poisson: each client joins a round with probability cohort.size / population, as the privacy "
+                 "ledger assumes"
+               : "uniform: cohort.size clients without replacement; a privacy ledger accounts this as Poisson "
+                 "sampling at rate cohort.size / population, an approximation, not a bound"}};
   if (remote_ != nullptr) env.emplace_back("remote", fmt::format("coordinator at {}", remote_->address()));
   return env;
 }
@@ -172,6 +197,7 @@ Server<TensorTree> Experiment::program(Program& p, TaskKind kind, const TensorTr
   const NonFinite nonfinite = config_.get_string("execution.nonfinite") == "drop" ? NonFinite::drop : NonFinite::stop;
   RoundContext ctx{p, model_, data_, p.round(), client_states_, nonfinite,
                    config_.get_bool("execution.factor_input_layer"), &aggregation_};
+  ctx.drawn_cohort = config_.get_int("cohort.size");
   RoundMetrics metrics = aggregated_round(algorithm_, state, ctx);
   FAX_CHECK(aggregation_.plain() || ctx.aggregated,
             "{}: algorithm {} combines its clients' updates itself, not through mean_client_update, so the "
@@ -318,13 +344,18 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
     // A round interrupted mid-way (SIGTERM) is abandoned: the run keeps the state before it.
     const ServerState before = result.state;
     const ClientStates::Saved states_before = client_states_.save();
-    const Cohort cohort = sample_cohort(data_, cohort_size, seed, r);
+    const Cohort cohort = sample_cohort(data_, cohort_size, seed, r, sampling_);
     TensorTree packed;
     Metrics metrics;
+    if (sampling_ == Sampling::poisson) metrics.emplace_back("cohort/size", static_cast<double>(cohort.size()));
     try {
-      packed = run_task(TaskKind::round, {seed, r}, cohort, mesh_options_.logical_shards,
-                        join({prefixed(result.state.params, "params/"), prefixed(result.state.extra, "extra/")}));
-      result.state = {unprefixed(packed, "params/"), unprefixed(packed, "extra/")};
+      // Nobody drawn: nothing to combine, and the state stays, unless the round releases noise
+      // (skipping it would tell that nobody took part).
+      if (cohort.size() > 0 || aggregation_.uniform() || algorithm_.adds_noise()) {
+        packed = run_task(TaskKind::round, {seed, r}, cohort, mesh_options_.logical_shards,
+                          join({prefixed(result.state.params, "params/"), prefixed(result.state.extra, "extra/")}));
+        result.state = {unprefixed(packed, "params/"), unprefixed(packed, "extra/")};
+      }
       for (const auto& [name, t] : unprefixed(packed, "metrics/")) {
         FAX_CHECK(t.numel() == 1, "round {}: metric '{}' has {} values; a server metric is one number", r + 1, name,
                   t.numel());

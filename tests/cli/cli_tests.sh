@@ -37,6 +37,59 @@ PY
     "$PYTHON" -c 'import sys, h5py; assert [h5py.File(f)["env"].attrs["executors"] for f in sys.argv[1:]] == ["1", "2"]' \
       "$WORK/e1.h5" "$WORK/e2.h5" || fail "executors not recorded"
     ;;
+  poisson)
+    # Poisson sampling, 2 of 100 clients a round on average over 4 logical shards: rounds of 0 to
+    # 5 clients, shards left empty. 1 and 2 executors and 2 worker processes give the same bits; an
+    # empty round keeps the parameters; per-client rows are padded to the widest cohort.
+    echo "fax-test-token" > "$WORK/token"
+    common=(--set rounds=30 --set seed=2 --set cohort.size=2 --set cohort.sampling=poisson --set execution.logical_shards=4
+            --set logging.eval_every=10 --set logging.checkpoint_every=1 --set logging.keep_checkpoints=0
+            --set logging.per_client=true)
+    for e in 1 2; do
+      run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/p$e.h5" "${common[@]}" --set execution.executors=$e
+    done
+    "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/p1.h5" "$WORK/p2.h5" 30 || fail "1 and 2 executors differ"
+    port=$(free_port)
+    workers=()
+    for i in 0 1; do start_worker "w$i.log" -q; done
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/remote.h5" "${common[@]}" --workers 2 \
+      --listen "127.0.0.1:$port" --token-file "$WORK/token" "${collectives[@]}"
+    for pid in "${workers[@]}"; do wait "$pid" || fail "a worker exited $? after the run"; done
+    "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/p1.h5" "$WORK/remote.h5" 30 || fail "local and remote differ"
+    "$PYTHON" - "$WORK/p1.h5" <<'PY' || fail "the Poisson run's log"
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1])
+sizes = f["metrics/cohort/size"][()]
+assert len(sizes) == 30 and (sizes == 0).any() and (sizes >= 4).any(), sizes
+ids = f["clients/id"][()]
+assert ids.shape == (30, sizes.max()), ids.shape
+assert ((ids >= 0).sum(1) == sizes).all(), "padding"
+assert np.isnan(f["clients/train_loss"][()][ids < 0]).all()
+assert "poisson" in f["env"].attrs["cohort_sampling"]
+for r in np.flatnonzero(sizes == 0):
+    if r == 0:
+        continue
+    a, b = f[f"checkpoints/{r}/params"], f[f"checkpoints/{r + 1}/params"]
+    assert all(a[n][()].tobytes() == b[n][()].tobytes() for n in a), f"round {r + 1} had no clients but moved"
+PY
+    # With DP noise an empty round still releases (and spends) its noise: the parameters move and
+    # epsilon grows every round, at the Poisson rate 2 / 100.
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/dp.h5" "${common[@]}" \
+      --set aggregation.stages=clip,gaussian --set aggregation.clip.norm=0.1 --set aggregation.gaussian.noise_multiplier=1
+    run_expect 0 "" -- "$FAX_RUN" privacy --sampling-rate 0.02 --rounds 30 -z 1 --accountant rdp
+    "$PYTHON" - "$WORK/dp.h5" "$WORK/stdout" <<'PY' || fail "the private Poisson run's log"
+import re, sys, h5py, numpy as np
+f = h5py.File(sys.argv[1])
+sizes, eps = f["metrics/cohort/size"][()], f["metrics/privacy/epsilon"][()]
+assert (sizes == 0).any() and np.all(np.diff(eps) > 0), (sizes, eps)
+quoted = float(re.search(r"rdp\D*([0-9.]+)", open(sys.argv[2]).read()).group(1))
+assert abs(eps[-1] - quoted) <= 1e-3 * quoted, (eps[-1], quoted)
+for r in np.flatnonzero(sizes == 0):
+    if r > 0:
+        a, b = f[f"checkpoints/{r}/params"], f[f"checkpoints/{r + 1}/params"]
+        assert any(a[n][()].tobytes() != b[n][()].tobytes() for n in a), f"round {r + 1}: no noise"
+PY
+    ;;
   aggregation)
     # The pipeline as a YAML list: clip, then Gaussian noise. 1 and 2 executors give the same bits,
     # the log holds the ledger and the clip's share, and the resolved config runs the same again.

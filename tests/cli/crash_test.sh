@@ -6,7 +6,8 @@
 # Environment: FAX_RUN, FAX_SOURCE_DIR, WORK, PYTHON (with h5py; with torch for the TorchScript
 # model). Arguments: number of trials; optionally `torchscript`: the model is an MLP exported from
 # PyTorch (experiments/fmnist_torchscript.py), trained with client momentum; or `aggregation`: an
-# adaptive clip (server state) before top-k with error feedback (client state).
+# adaptive clip (server state) before top-k with error feedback (client state); or `poisson`:
+# Poisson-sampled cohorts of any size (per-client rows of varying width).
 set -uo pipefail
 trials=${1:-10}
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -16,6 +17,9 @@ rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
 if [[ ${2:-} == torchscript ]]; then
   "$PYTHON" "$FAX_SOURCE_DIR/experiments/fmnist_torchscript.py" "$WORK/net.pt" --sizes 60,32,10 || fail "export failed"
   settings+=(--set model.name=torchscript --set model.path="$WORK/net.pt" --set algorithm.client_momentum=0.9)
+elif [[ ${2:-} == poisson ]]; then
+  # Cohorts of any size, some empty (2 of 100 clients on average over 4 logical shards).
+  settings+=(--set seed=2 --set cohort.sampling=poisson --set cohort.size=2 --set execution.logical_shards=4)
 elif [[ ${2:-} == aggregation ]]; then
   settings+=(--set aggregation.stages=clip,top_k --set aggregation.clip.adaptive=true --set aggregation.clip.norm=0.1
              --set aggregation.clip.count_noise=1 --set aggregation.top_k.fraction=0.1 --set aggregation.top_k.error_feedback=true)

@@ -4,6 +4,7 @@
 // model on it through the experiment driver, and the checks of bit-identity over executor counts
 // and over a resume from a checkpoint file.
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -40,10 +41,14 @@ inline void expect_same_bits(const TensorTree& a, const TensorTree& b) {
 // A run of an algorithm and a model on a small problem: 6 clients, 4 per round over 2 logical shards.
 class ContractRun {
  public:
-  Config config(int executors, int rounds) const {
-    Config c = parse_config(fmt::format("rounds: {}\ncohort:\n  size: 4\nexecution:\n  executors: {}\n"
-                                        "  logical_shards: 2\nlogging:\n  eval_every: 1\n  checkpoint_every: 1\n{}",
-                                        rounds, executors, extra_yaml),
+  // With `poisson`, each client joins a round with probability 1/3 (2 of 6 on average) and the
+  // cohort is cut into 4 logical shards: rounds of every size, shards left empty.
+  Config config(int executors, int rounds, bool poisson = false) const {
+    Config c = parse_config(fmt::format("rounds: {}\nseed: {}\ncohort:\n  size: {}\n  sampling: {}\nexecution:\n"
+                                        "  executors: {}\n  logical_shards: {}\nlogging:\n  eval_every: 1\n"
+                                        "  checkpoint_every: 1\n{}",
+                                        rounds, poisson ? kPoissonSeed : 0, poisson ? 2 : 4,
+                                        poisson ? "poisson" : "uniform", executors, poisson ? 4 : 2, extra_yaml),
                             "contract.yaml");
     Schema schema = experiment_schema();
     schema.add_all(plugin->keys, "algorithm");
@@ -53,8 +58,9 @@ class ContractRun {
   }
 
   // The final state of `rounds` rounds (resumed from `resume` when given), logged to `log`.
-  RunResult run(int executors, int rounds, RunLog* log = nullptr, const ResumePoint* resume = nullptr) const {
-    const Config c = config(executors, rounds);
+  RunResult run(int executors, int rounds, RunLog* log = nullptr, const ResumePoint* resume = nullptr,
+                bool poisson = false) const {
+    const Config c = config(executors, rounds, poisson);
     auto algorithm = plugin->create();
     Experiment experiment(c, *algorithm, *model, *data);
     return experiment.run(log, {}, resume);
@@ -109,6 +115,46 @@ class ContractRun {
     std::filesystem::remove_all(dir);
   }
 
+  // Poisson sampling: this seed's rounds draw cohorts of 0 and of 1 to 3 clients (the test checks
+  // it). Every executor count gives the same bits, and a round without clients leaves the state
+  // as it was, unless it releases DP noise.
+  void expect_poisson_rounds_of_any_size_with_the_same_bits(const std::string& name) const {
+    const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / ("poisson-" + name);
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const std::string path = (dir / "run.h5").string();
+    constexpr int kRounds = 8;
+    RunResult one;
+    {
+      RunLog log(path, config_to_yaml(config(1, kRounds, true)), {});
+      one = run(1, kRounds, &log, nullptr, true);
+    }
+    const std::vector<double> sizes = RunLogReader(path).metric("cohort/size");
+    ASSERT_EQ(sizes.size(), static_cast<size_t>(kRounds));
+    const auto empty = std::find(sizes.begin(), sizes.end(), 0.0);
+    ASSERT_NE(empty, sizes.end()) << "no empty round: pick another kPoissonSeed";
+    ASSERT_TRUE(std::any_of(sizes.begin(), sizes.end(), [](double n) { return n > 0 && n < 4; }));
+    for (int executors : {2, 4}) {
+      const RunResult other = run(executors, kRounds, nullptr, nullptr, true);
+      expect_same_bits(one.state.params, other.state.params);
+      expect_same_bits(one.state.extra, other.state.extra);
+    }
+    // The state before and after the first empty round.
+    const Config c = config(1, kRounds, true);
+    auto algorithm = plugin->create();
+    const bool noised = algorithm->adds_noise() || Aggregation(c, data->num_clients(), 0).uniform();
+    const int before = static_cast<int>(empty - sizes.begin());
+    const ServerState start =
+        before == 0 ? Experiment(c, *algorithm, *model, *data).init() : run(1, before, nullptr, nullptr, true).state;
+    const ServerState after = run(1, before + 1, nullptr, nullptr, true).state;
+    bool same = true;
+    for (const auto& [leaf, t] : start.params) same = same && test::bytes_of(t) == test::bytes_of(after.params.at(leaf));
+    EXPECT_EQ(same, !noised) << (noised ? "a private round without clients released no noise"
+                                        : "a round without clients moved the parameters");
+    std::filesystem::remove_all(dir);
+  }
+
+  static constexpr int kPoissonSeed = 8;
   std::shared_ptr<const Plugin> plugin;
   std::unique_ptr<Model> model;
   std::unique_ptr<InMemoryDataset> data;

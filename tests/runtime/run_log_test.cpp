@@ -2,6 +2,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <iterator>
 
 #include <fax/io/files.h>
@@ -94,6 +95,35 @@ TEST_F(RunLogTest, PerClientRows) {
   const RunLogReader reader(path);
   EXPECT_TRUE(at::equal(reader.dataset("/clients/id"), ids({4, 9, 2, 1, 3, 8}).view({2, 3})));
   EXPECT_TRUE(at::allclose(reader.dataset("/clients/loss"), at::tensor({0.5, 0.25, 1.0, 0.1, 0.2, 0.3}, at::kDouble).view({2, 3})));
+}
+
+// Poisson sampling draws cohorts of any size: rows are padded to the widest (ids -1, values NaN),
+// and a resume cut back to an earlier round sizes the log to the rows it keeps.
+TEST_F(RunLogTest, PerClientRowsOfCohortsOfVaryingSize) {
+  const std::string path = (dir / "ragged.h5").string();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  auto ids = [](std::vector<int64_t> v) { return at::tensor(v, at::kLong); };
+  {
+    RunLog log(path, "", {});
+    log.append_clients(ids({4, 9}), {{"loss", at::tensor({0.5, 0.25})}});
+    log.append(1, {});
+    log.append_clients(ids({}), {});  // a round without clients reports no metric
+    log.append(2, {});
+    log.append_clients(ids({1, 3, 8}), {{"loss", at::tensor({0.1, 0.2, 0.3})}, {"bits", at::tensor({8., 8., 8.})}});
+    log.append(3, {});
+  }
+  const RunLogReader reader(path);
+  EXPECT_TRUE(at::equal(reader.dataset("/clients/id"), ids({4, 9, -1, -1, -1, -1, 1, 3, 8}).view({3, 3})));
+  const at::Tensor loss = reader.dataset("/clients/loss");
+  const at::Tensor expected = at::tensor({0.5, 0.25, nan, nan, nan, nan, 0.1, 0.2, 0.3}).view({3, 3});
+  EXPECT_TRUE(at::allclose(loss, expected, 0, 0, /*equal_nan=*/true)) << loss;
+  EXPECT_TRUE(at::isnan(reader.dataset("/clients/bits").narrow(0, 0, 2)).all().item<bool>());
+  {
+    RunLog log = RunLog::resume(path, 2);
+    log.append_clients(ids({7}), {{"loss", at::tensor({0.7})}});
+    log.append(3, {});
+  }
+  EXPECT_TRUE(at::equal(RunLogReader(path).dataset("/clients/id"), ids({4, 9, -1, -1, 7, -1}).view({3, 2})));
 }
 
 TEST_F(RunLogTest, AnExistingLogIsReplacedByTheFirstAppendOnly) {

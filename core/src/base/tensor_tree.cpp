@@ -244,10 +244,16 @@ TensorTree unflatten(const at::Tensor& flat, const TensorTree& like) {
   return like.with_tensors(std::move(out));
 }
 
+namespace {
+// [n, ...] as [n, row size]; reshape's -1 cannot infer it when n is 0.
+at::Tensor by_rows(const at::Tensor& t) {
+  return t.reshape({t.size(0), c10::multiply_integers(t.sizes().slice(1))});
+}
+}  // namespace
+
 at::Tensor flatten_rows(const TensorTree& a, at::ScalarType dtype) {
-  const int64_t n = leading_size(a);
   std::vector<at::Tensor> parts;
-  for (const auto& [name, t] : a) parts.push_back(t.reshape({n, -1}).to(dtype));
+  for (const auto& [name, t] : a) parts.push_back(by_rows(t).to(dtype));
   return at::cat(parts, 1);
 }
 
@@ -315,7 +321,7 @@ at::Tensor finite_rows(const TensorTree& a) {
     // NaN and Inf carry into a row's sum, so a finite sum settles the row in one cheap pass; only
     // rows whose sum is not (a non-finite value, or finite values that overflow) are checked value
     // by value.
-    const at::Tensor flat = t.detach().reshape({t.size(0), -1});
+    const at::Tensor flat = by_rows(t.detach());
     at::Tensor rows = at::isfinite(flat.sum(1));
     if (!rows.all().item<bool>()) {
       const at::Tensor suspects = at::logical_not(rows).nonzero().flatten();

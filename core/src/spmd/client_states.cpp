@@ -16,6 +16,7 @@ TensorTree ClientStates::gather(const ClientChunk& chunk, const TensorTree& init
       row.set(name, it != states_.end() && it->second.contains(name) ? it->second.at(name) : t);
     rows.push_back(std::move(row));
   }
+  if (rows.empty()) return initial.map([](const at::Tensor& t) { return t.unsqueeze(0).narrow(0, 0, 0); });
   return stack(rows);
 }
 

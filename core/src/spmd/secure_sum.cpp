@@ -115,7 +115,7 @@ TensorTree SecureSum::encode(const ClientChunk& chunk, const TensorTree& rows, a
   const at::Tensor outside = scaled.lt(static_cast<double>(-half)).logical_or(scaled.gt(static_cast<double>(half - 1)));
   if (scaled.size(1) > 0) clipped.add_(outside.to(at::kDouble).mean(1));
   at::Tensor q = scaled.clamp(static_cast<double>(-half), static_cast<double>(half - 1)).to(at::kLong);
-  if (o_.masks) {
+  if (o_.masks && chunk.size > 0) {
     std::vector<at::Tensor> masks;
     for (int64_t i = 0; i < chunk.size; ++i)
       masks.push_back(masks_of(chunk.program, chunk.position(i), q.size(1), modulus, o_.neighbors));

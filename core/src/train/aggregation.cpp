@@ -211,7 +211,7 @@ struct Compressor : Aggregation::Stage {
     TensorTree residual;
     if (error_feedback) {
       TensorTree zeros;
-      for (const auto& [name, t] : rows) zeros.set(kErrorState + name, at::zeros_like(t[0]));
+      for (const auto& [name, t] : rows) zeros.set(kErrorState + name, at::zeros(t.sizes().slice(1), t.options()));
       residual = round.states.gather(round.chunk, zeros);
       flat = flat + flatten_rows(residual, at::kDouble);
     }
@@ -271,13 +271,13 @@ struct Quantize final : Compressor {
         at::Generator g = generator(chunk, i);
         draws.push_back(at::rand({flat.size(1)}, g, at::kDouble));
       }
-      uniform = at::stack(draws);
+      uniform = k > 0 ? at::stack(draws) : at::empty({0, flat.size(1)}, at::kDouble);
     }
     const double levels = std::ldexp(1.0, static_cast<int>(o.bits)) - 1;
     std::vector<at::Tensor> parts;
     int64_t offset = 0;
     for (const auto& [name, t] : like) {
-      const int64_t size = k > 0 ? t.numel() / k : 0;
+      const int64_t size = c10::multiply_integers(t.sizes().slice(1));
       const at::Tensor x = flat.narrow(1, offset, size);
       const at::Tensor lo = x.amin(1, true), hi = x.amax(1, true);
       // A constant tensor is its minimum: any step reproduces it.
@@ -341,7 +341,7 @@ struct Sparsify final : Compressor {
         at::Generator g = generator(chunk, i);
         rows.push_back(at::randperm(p, g, at::kLong).narrow(0, 0, kept));
       }
-      index = at::stack(rows);
+      index = k > 0 ? at::stack(rows) : at::empty({0, kept}, at::kLong);
     } else {
       index = std::get<1>(flat.abs().topk(kept, 1));
     }
@@ -760,7 +760,7 @@ TensorTree Aggregation::client_side(const ClientChunk& chunk, const TensorTree& 
   TensorTree out = rows;
   if (!byzantine_.empty()) {
     at::Tensor flags = at::zeros({chunk.size}, at::kDouble);
-    std::vector<TensorTree> sent;
+    std::vector<TensorTree> sent{narrow(rows, 0, 0)};  // a chunk may have no clients
     for (int64_t i = 0; i < chunk.size; ++i) {
       TensorTree row = narrow(rows, i, 1);
       if (byzantine(chunk.client_id(i))) {

@@ -67,6 +67,13 @@ ClientTraining client_training(const ClientTrainingOptions& options) {
 
 Clients<at::Tensor> full_batch_losses(const RoundContext& ctx, const Clients<TensorTree>& params) {
   return map_clients([&](const ClientChunk& chunk, const TensorTree& rows) {
+    if (chunk.size == 0) {
+      // No losses, computed from the parameters all the same: a derivative reaches them, so this
+      // executor takes part in the backward pass's collectives too.
+      at::Tensor none = rows.tensors().front();
+      while (none.dim() > 1) none = none.sum(-1);
+      return none;
+    }
     const Batch b = ClientBatches(chunk, ctx.data, 1, 0, /*augment=*/false).batch(0);
     const at::Tensor losses = per_example(ctx.model.loss(ctx.model.forward(rows, b.x), b.y), 2);
     return (losses * b.mask).sum(1) / b.mask.sum(1);
@@ -172,7 +179,7 @@ void advance_state(const RoundContext& ctx, const Aggregation& aggregation, cons
   ctx.state_advanced = true;
   *ctx.aggregation_state = aggregation.next_state(*ctx.aggregation_state, detach(unprefixed(sums, kStat)),
                                                   kept.item<double>(), ctx.program.seed(), ctx.round,
-                                                  ctx.program.cohort_size(), metrics);
+                                                  ctx.nominal_cohort(), metrics);
 }
 
 const TensorTree& pipeline_state(const RoundContext& ctx, const Aggregation& aggregation) {
@@ -270,21 +277,24 @@ RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params
       start, lr, ctx.example_counts());
   TensorTree sums = out.sum.value();
   const at::Tensor total = sums.at(kWeight);
-  // Every executor sees the same total, so they all stop together.
-  FAX_CHECK(total.item<double>() > 0, "round {}: every client's update was not finite", ctx.round + 1);
+  // Every executor sees the same total, so they all stop together. A round without clients
+  // (Poisson sampling) runs only to release a private sum's noise, and has none.
+  const bool nobody = ctx.program.cohort_size() == 0;
+  FAX_CHECK(nobody || total.item<double>() > 0, "round {}: every client's update was not finite", ctx.round + 1);
   const TensorTree& keep = out.keep.value();
   RoundUpdate update{Clients<at::Tensor>(keep.at(kLoss)), Clients<at::Tensor>(keep.at(kWeight)),
                      Clients<at::Tensor>(keep.at(kKept)), {}, {}, unprefixed(keep, kStat)};
   if (sums.contains(kKept)) update.metrics = stat_metrics(sums, sums.at(kKept));
   const TensorTree summed = aggregation.receive(sums, params, update.metrics);  // in the model's order
   if (aggregation.uniform()) {
-    // Each kept client counted once; the noised sum over the cohort size, which does not depend
-    // on who was kept (a data-dependent denominator would leak).
-    const int64_t n = ctx.program.cohort_size();
+    // Each kept client counted once; the noised sum over the cohort size drawn for, which does not
+    // depend on who was kept or sampled (a data-dependent denominator would leak).
+    const int64_t n = ctx.nominal_cohort();
     update.mean = scale(aggregation.server_side(summed, ctx.program.seed(), ctx.round, n, ctx.data.num_clients(),
                                                 state, update.metrics), 1.0 / static_cast<double>(n));
   } else {
-    for (const auto& [name, t] : summed) update.mean.set(name, t / total);
+    // Nobody's mean moves nothing (not 0 / 0).
+    for (const auto& [name, t] : summed) update.mean.set(name, nobody ? at::zeros_like(t) : t / total);
   }
   if (sums.contains(kKept)) advance_state(ctx, aggregation, sums, sums.at(kKept), update.metrics);
   return update;

@@ -52,7 +52,8 @@ ClientBatches::ClientBatches(const ClientChunk& chunk, const FederatedDataset& d
     sizes.push_back(n);
     widest = std::max(widest, n);
   }
-  const int64_t b = batch_size > 0 ? batch_size : widest;
+  // A chunk of no clients (an empty logical shard) has no step, and batches of one empty slot.
+  const int64_t b = batch_size > 0 ? batch_size : std::max<int64_t>(widest, 1);
   auto batches_per_epoch = [b](int64_t n) { return (n + b - 1) / b; };
   int64_t steps = 0;
   for (int64_t n : sizes) steps = std::max(steps, epochs * batches_per_epoch(n));
@@ -62,8 +63,9 @@ ClientBatches::ClientBatches(const ClientChunk& chunk, const FederatedDataset& d
   mask_ = at::zeros({steps, k, b});
   if (augment) augmentation_ = data.augmentation();
   if (augmentation_) {
-    FAX_CHECK(clients[0].x.dim() == 4 && augmentation_->pad >= 0 &&
-                  (augmentation_->fill.empty() || static_cast<int64_t>(augmentation_->fill.size()) == clients[0].x.size(1)),
+    FAX_CHECK(k == 0 || (clients[0].x.dim() == 4 && augmentation_->pad >= 0 &&
+                         (augmentation_->fill.empty() ||
+                          static_cast<int64_t>(augmentation_->fill.size()) == clients[0].x.size(1))),
               "augmentation needs images [C, H, W] and a fill value per channel (inputs are [{}])",
               fmt::join(clients[0].x.sizes().slice(1), ", "));
     draws_ = at::zeros({steps, k, b, 3}, at::kLong);
@@ -93,6 +95,12 @@ ClientBatches::ClientBatches(const ClientChunk& chunk, const FederatedDataset& d
     ys.push_back(clients[i].y);
     offset += n;
   }
+  if (k == 0) {
+    // No examples, shaped like everyone's.
+    const Examples& like = data.test().size() > 0 ? data.test() : data.client(0);
+    xs.push_back(like.x.narrow(0, 0, 0));
+    ys.push_back(like.y.narrow(0, 0, 0));
+  }
   // One client's examples are read where they lie (cat would copy them).
   const auto joined = [](const std::vector<at::Tensor>& parts) { return parts.size() == 1 ? parts[0] : at::cat(parts); };
   x_ = joined(xs);
@@ -106,8 +114,10 @@ ClientBatches::ClientBatches(const ClientChunk& chunk, const FederatedDataset& d
     const at::Tensor n = t.to(at::kLong).contiguous();
     return std::vector<int64_t>(n.data_ptr<int64_t>(), n.data_ptr<int64_t>() + n.numel());
   };
-  widths_ = per_step(counts_.amax(1));
-  fewest_ = per_step(counts_.amin(1));
+  if (k > 0) {  // else there is no step
+    widths_ = per_step(counts_.amax(1));
+    fewest_ = per_step(counts_.amin(1));
+  }
   examples_ = at::tensor(sizes, at::kLong).to(weight_type);
 }
 

@@ -47,6 +47,11 @@ struct RoundContext {
   /// Set by mean_client_update: the round went through the aggregation pipeline (an experiment
   /// with stages refuses an algorithm that combines its updates some other way).
   mutable bool aggregated = false;
+  /// The cohort size the round was drawn for (cohort.size): with Poisson sampling the expected
+  /// size, which a private sum is divided by and the ledger's sampling rate counts, whatever the
+  /// draw gave (program.cohort_size(), maybe 0). 0: the realised size.
+  int64_t drawn_cohort = 0;
+  int64_t nominal_cohort() const { return drawn_cohort > 0 ? drawn_cohort : program.cohort_size(); }
   /// The cohort weights of this executor's clients: their training example counts.
   Clients<at::Tensor> example_counts() const { return program.weights(); }
 };
@@ -75,6 +80,11 @@ class Algorithm {
 
   /// The parameters to evaluate on the test split.
   virtual TensorTree eval_params(const ServerState& state) const { return state.params; }
+
+  /// Whether `round` adds differential-privacy noise of its own (dp_fedavg). Such a round runs even
+  /// when Poisson sampling drew no client: a skipped release would tell that nobody took part.
+  /// Any other algorithm's state stays as it is in a round without clients.
+  virtual bool adds_noise() const { return false; }
 };
 
 /// The state before round 0: the algorithm's, with the aggregation pipeline's server state

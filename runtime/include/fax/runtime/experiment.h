@@ -23,9 +23,15 @@ Schema experiment_schema();
 /// logical shards).
 MeshOptions mesh_options(const Config& config);
 
-/// The clients of round `round`: `size` distinct clients drawn uniformly from the population by
-/// the server's stream for (seed, round), weighted by their training example counts.
-Cohort sample_cohort(const FederatedDataset& data, int64_t size, uint64_t seed, int64_t round);
+/// How a round's clients are drawn (cohort.sampling).
+enum class Sampling { uniform, poisson };
+Sampling sampling(const Config& config);
+
+/// The clients of round `round`, drawn by the server's stream for (seed, round) and weighted by
+/// their training example counts: `size` distinct clients uniformly (in draw order), or with
+/// Poisson sampling each client with probability size / population (ids ascending; any number).
+Cohort sample_cohort(const FederatedDataset& data, int64_t size, uint64_t seed, int64_t round,
+                     Sampling sampling = Sampling::uniform);
 
 /// What the progress callback gets after every round.
 struct RoundReport {
@@ -120,6 +126,7 @@ class Experiment {
   std::unique_ptr<Mesh> mesh_;  // local executors, started on first use
   ClientStates client_states_;
   Aggregation aggregation_;
+  Sampling sampling_;
 };
 
 }  // namespace fax
