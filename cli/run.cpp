@@ -202,10 +202,13 @@ int execute(const ExperimentSetup& setup, const std::string& source, const std::
     if (after > 0) point = resume_point(after, reader.checkpoint(after));
     forced = changed_identity(output, reader.env("identity"), identity, force, quiet);
   }
+  // Checked here, before any worker is waited for (the experiment that runs needs them).
+  if (point)
+    Experiment(config, *algorithm, *model, *data).check_resume(*point,
+                                                               fmt::format("{}: the checkpoint of round {}", output, after));
   const StopSignals signals;
   const std::unique_ptr<Coordinator> coordinator = start_coordinator(remote, config, identity, quiet);
   Experiment experiment(config, *algorithm, *model, *data, coordinator.get());
-  if (point) experiment.check_resume(*point, fmt::format("{}: the checkpoint of round {}", output, after));
 
   std::optional<RunLog> log;
   if (resume) {

@@ -55,7 +55,7 @@ for e in synthetic_fedsgd synthetic_fedavg fmnist_fedavg fmnist_cnn_fedavg fmnis
 done
 run synthetic_fedavg.paper_setting synthetic_fedavg.yaml --set algorithm.local_epochs=20 --set algorithm.client_lr=0.01 \
   --set rounds=100
-for e in fedavg fedadam fedprox scaffold hypergrad dp secure_dp byzantine fedopt_sweep fedopt_seeds; do run "fmnist_dir01_$e" "fmnist_dir01_$e.yaml"; done
+for e in fedavg fedadam fedprox scaffold hypergrad dp dp_poisson secure_dp byzantine fedopt_sweep fedopt_seeds; do run "fmnist_dir01_$e" "fmnist_dir01_$e.yaml"; done
 for lr in 0.3 3; do run "fmnist_dir01_fedavg.server_lr=$lr" fmnist_dir01_fedavg.yaml --set "algorithm.server_lr=$lr"; done
 for lr in 0.003 0.03; do run "fmnist_dir01_fedadam.server_lr=$lr" fmnist_dir01_fedadam.yaml --set "algorithm.server_lr=$lr"; done
 run fmnist_dir01_hypergrad.hyper_lr=0.2 fmnist_dir01_hypergrad.yaml --set algorithm.hyper_lr=0.2
@@ -74,7 +74,7 @@ table fmnist_dir01_fedavg.server_lr=0.3.h5 fmnist_dir01_fedavg.h5 fmnist_dir01_f
   --metric eval/accuracy% --metric eval/accuracy@last4%
 table fmnist_dir01_hypergrad.h5 fmnist_dir01_hypergrad.hyper_lr=0.2.h5 \
   --metric server/lr@1 --metric server/lr@50 --metric server/lr@150 --metric server/lr
-table fmnist_dir01_dp.h5 fmnist_dir01_dp.noise_multiplier=0.5.h5 fmnist_dir01_secure_dp.h5 \
+table fmnist_dir01_dp.h5 fmnist_dir01_dp.noise_multiplier=0.5.h5 fmnist_dir01_dp_poisson.h5 fmnist_dir01_secure_dp.h5 \
   --metric eval/accuracy% --metric privacy/epsilon@1 --metric privacy/epsilon
 
 if ((sweeps)); then

@@ -5,6 +5,7 @@
 // it did this by itself; `aggregation: [{clip: ...}, {gaussian: ...}]` under fedavg is the same
 // round, and combines with the other stages.
 
+#include <cmath>
 #include <memory>
 
 #include <fmt/format.h>
@@ -100,6 +101,13 @@ class DpFedAvg final : public fax::Algorithm {
   }
 
   bool adds_noise() const override { return o_.noise_multiplier > 0; }
+
+  void check_state(const fax::ServerState& state, const std::string& where) const override {
+    if (!o_.adaptive_clipping) return;
+    const double clip = state.extra.at("clip/norm").item<double>();
+    FAX_CHECK(std::isfinite(clip) && clip > 0,
+              "{}: dp_fedavg's adaptive clip norm (extra/clip/norm) is {}; it must be finite and positive", where, clip);
+  }
 
  private:
   fax::ClientTraining training_;

@@ -296,7 +296,7 @@ void check_client_states(const TensorTree& states, const TensorTree& params, int
     FAX_CHECK(t.dim() >= 1 && t.size(0) == n, "{}: client_states/{} does not have one row per client id ({})", where,
               name, n);
     for (const auto& [param, p] : params) {
-      if (name != param && name != "aggregation/error/" + param) continue;
+      if (name != param && name != Aggregation::error_state(param)) continue;
       FAX_CHECK(t.sizes().slice(1) == p.sizes() && t.scalar_type() == p.scalar_type(),
                 "{}: client_states/{} has {} rows of shape [{}]; parameter {} is a {} of shape [{}]", where, name,
                 c10::toString(t.scalar_type()), fmt::join(t.sizes().slice(1), ", "), param,
@@ -313,7 +313,7 @@ void Experiment::check_resume(const ResumePoint& resume, const std::string& wher
 void Experiment::check_resume(const ResumePoint& resume, const ServerState& fresh, const std::string& where) const {
   check_like(resume.state.params, fresh.params, "params/", where, /*finite=*/true);
   check_like(resume.state.extra, fresh.extra, "extra/", where);
-  check_aggregation_state(resume.state, aggregation_, where);
+  check_server_state(algorithm_, resume.state, aggregation_, where);
   check_client_states(resume.client_states, fresh.params, data_.num_clients(), where);
 }
 
@@ -339,6 +339,7 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
   result.rounds_done = first;
   const auto start = std::chrono::steady_clock::now();
   int64_t checkpointed = first;
+  int64_t clients_trained = 0;  // drawn clients (Poisson sampling draws any number) since `start`
   for (int64_t r = first; r < rounds; ++r) {
     const auto round_start = std::chrono::steady_clock::now();
     // A round interrupted mid-way (SIGTERM) is abandoned: the run keeps the state before it.
@@ -351,7 +352,7 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
     try {
       // Nobody drawn: nothing to combine, and the state stays, unless the round releases noise
       // (skipping it would tell that nobody took part).
-      if (cohort.size() > 0 || aggregation_.uniform() || algorithm_.adds_noise()) {
+      if (cohort.size() > 0 || aggregation_.adds_noise() || algorithm_.adds_noise()) {
         packed = run_task(TaskKind::round, {seed, r}, cohort, mesh_options_.logical_shards,
                           join({prefixed(result.state.params, "params/"), prefixed(result.state.extra, "extra/")}));
         result.state = {unprefixed(packed, "params/"), unprefixed(packed, "extra/")};
@@ -376,6 +377,7 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
     }
     const int64_t completed = r + 1;
     result.rounds_done = completed;
+    clients_trained += cohort.size();
     const bool stopping = stop && stop() && completed < rounds;
     if (log != nullptr) {
       if (per_client) {
@@ -397,7 +399,7 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
     if (progress) {
       const int64_t done_here = completed - first;
       progress({completed, rounds, elapsed, elapsed / done_here * (rounds - completed),
-                static_cast<double>(cohort_size * done_here) / std::max(elapsed, 1e-9), metrics});
+                static_cast<double>(clients_trained) / std::max(elapsed, 1e-9), metrics});
     }
     if (stopping) {
       result.stopped = true;

@@ -104,6 +104,12 @@ class GuardedAlgorithm final : public Algorithm {
   TensorTree eval_params(const ServerState& state) const override {
     return guarded(made_.who(), "eval_params", [&] { return inner_->eval_params(state); });
   }
+  bool adds_noise() const override {
+    return guarded(made_.who(), "adds_noise", [&] { return inner_->adds_noise(); });
+  }
+  void check_state(const ServerState& state, const std::string& where) const override {
+    guarded(made_.who(), "check_state", [&] { inner_->check_state(state, where); });
+  }
 
  private:
   Algorithm* inner_;

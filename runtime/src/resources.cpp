@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <initializer_list>
 #include <limits>
@@ -108,7 +109,12 @@ ResourceEstimate estimate_resources(const Config& config, int64_t data_bytes, co
   e.model_bytes = mul({parameter_bytes, add({kStateCopies, mul({2, here})})});
   if (remote) return e;
   // Each executor trains its chunks one at a time: `vectorize` clients, or a whole logical shard.
-  const int64_t cohort = config.get_int("cohort.size");
+  // A Poisson cohort has cohort.size clients on average: sized for a draw 6 standard deviations up.
+  const int64_t mean_cohort = config.get_int("cohort.size");
+  const bool poisson = config.has("cohort.sampling") && config.get_string("cohort.sampling") == "poisson";
+  const int64_t cohort =
+      poisson ? add({mean_cohort, static_cast<int64_t>(std::ceil(6 * std::sqrt(static_cast<double>(mean_cohort)))), 6})
+              : mean_cohort;
   const int64_t vectorize = config.get_int("execution.vectorize");
   const int64_t chunk = vectorize > 0 ? std::min(vectorize, cohort) : (cohort + shards - 1) / std::max<int64_t>(shards, 1);
   const int64_t batch = setting_or(config, "algorithm.batch_size", 0) > 0 ? config.get_int("algorithm.batch_size")

@@ -84,10 +84,31 @@ sizes, eps = f["metrics/cohort/size"][()], f["metrics/privacy/epsilon"][()]
 assert (sizes == 0).any() and np.all(np.diff(eps) > 0), (sizes, eps)
 quoted = float(re.search(r"rdp\D*([0-9.]+)", open(sys.argv[2]).read()).group(1))
 assert abs(eps[-1] - quoted) <= 1e-3 * quoted, (eps[-1], quoted)
+assert np.isnan(f["metrics/aggregation/clipped_fraction"][()][sizes == 0]).all(), "a statistic of nobody"
 for r in np.flatnonzero(sizes == 0):
     if r > 0:
         a, b = f[f"checkpoints/{r}/params"], f[f"checkpoints/{r + 1}/params"]
         assert any(a[n][()].tobytes() != b[n][()].tobytes() for n in a), f"round {r + 1}: no noise"
+PY
+    # dp_fedavg is that round (its plugin says it adds noise): the same parameters every round.
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/dp_fedavg.h5" "${common[@]}" \
+      --set algorithm.name=dp_fedavg --set algorithm.clip_norm=0.1 --set algorithm.noise_multiplier=1
+    # Without noise (a gaussian stage at z = 0) a round without clients keeps the state, server
+    # momentum included.
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/z0.h5" "${common[@]}" --set algorithm.server_momentum=0.9 \
+      --set aggregation.stages=clip,gaussian --set aggregation.clip.norm=0.1 --set aggregation.gaussian.noise_multiplier=0
+    "$PYTHON" - "$WORK" <<'PY' || fail "dp_fedavg or the noiseless pipeline under Poisson sampling"
+import sys, h5py, numpy as np
+work = sys.argv[1]
+a, b, z = h5py.File(f"{work}/dp.h5"), h5py.File(f"{work}/dp_fedavg.h5"), h5py.File(f"{work}/z0.h5")
+for r in range(1, 31):
+    pa, pb = a[f"checkpoints/{r}/params"], b[f"checkpoints/{r}/params"]
+    assert all(pa[n][()].tobytes() == pb[n][()].tobytes() for n in pa), f"round {r}: dp_fedavg differs"
+sizes = z["metrics/cohort/size"][()]
+for r in np.flatnonzero(sizes == 0):
+    if r > 0:
+        p, q = z[f"checkpoints/{r}/params"], z[f"checkpoints/{r + 1}/params"]
+        assert all(p[n][()].tobytes() == q[n][()].tobytes() for n in p), f"z = 0: round {r + 1} had no clients but moved"
 PY
     ;;
   aggregation)

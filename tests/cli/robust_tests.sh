@@ -329,6 +329,9 @@ PY
     run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/good.h5" "${settings[@]}" "${adaptive[@]}"
     run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/feedback.h5" "${settings[@]}" --set aggregation.stages=top_k \
       --set aggregation.top_k.fraction=0.1 --set aggregation.top_k.error_feedback=true
+    # dp_fedavg keeps its adaptive C as its own state (Algorithm::check_state).
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/dp.h5" "${settings[@]}" --set algorithm.name=dp_fedavg \
+      --set algorithm.adaptive_clipping=true --set algorithm.count_noise=1
     "$PYTHON" - "$WORK" <<'PY'
 import os, shutil, sys, h5py, numpy as np
 work = sys.argv[1]
@@ -363,7 +366,11 @@ feedback = {
     "ids": lambda f: edit_ids(f, lambda ids: ids.__setitem__(0, 100)),
     "twice": lambda f: edit_ids(f, lambda ids: ids.__setitem__(1, ids[0])),
 }
-for base, edits in (("good", variants), ("feedback", feedback)):
+def rep_dp(f, v):
+    del f["extra/clip/norm"]
+    f["extra/clip/norm"] = v
+dp = {"dpclip": lambda f: rep_dp(f, 0.0)}
+for base, edits in (("good", variants), ("feedback", feedback), ("dp", dp)):
   for name, change in edits.items():
     os.makedirs(f"{work}/{name}")
     shutil.copy(f"{work}/{base}.h5", f"{work}/{name}/run.h5")
@@ -385,7 +392,8 @@ PY
                    nanparams:"params/w holds NaN or infinite values" \
                    rows:"client_states/aggregation/error/w has Float rows of shape \[3\]; parameter w is a Float of shape \[[0-9, ]+\]" \
                    rowtype:"client_states/aggregation/error/w has Double rows of shape \[[0-9, ]+\]; parameter w is a Float" \
-                   ids:"client_states/id holds ids outside the population's 0\.\.[0-9]+" twice:"client_states/id names a client twice"; do
+                   ids:"client_states/id holds ids outside the population's 0\.\.[0-9]+" twice:"client_states/id names a client twice" \
+                   dpclip:"dp_fedavg's adaptive clip norm \(extra/clip/norm\) is 0; it must be finite and positive"; do
       name=${variant%%:*}
       before=$(digest_run "$WORK/$name/run.h5")
       run_expect 2 "^fax-run: .*$name/run\.h5: the checkpoint of round 6: .*${variant#*:}" -- \

@@ -142,7 +142,10 @@ class ContractRun {
     // The state before and after the first empty round.
     const Config c = config(1, kRounds, true);
     auto algorithm = plugin->create();
-    const bool noised = algorithm->adds_noise() || Aggregation(c, data->num_clients(), 0).uniform();
+    const bool noised = algorithm->adds_noise() || Aggregation(c, data->num_clients(), 0).adds_noise();
+    if (plugin->name == "dp_fedavg") {
+      EXPECT_TRUE(noised) << "dp_fedavg adds noise (through the plugin's guard too)";
+    }
     const int before = static_cast<int>(empty - sizes.begin());
     const ServerState start =
         before == 0 ? Experiment(c, *algorithm, *model, *data).init() : run(1, before, nullptr, nullptr, true).state;

@@ -50,6 +50,10 @@ struct Aggregation::Stage {
   // The noise std of a count the stage releases besides the sum (adaptive clipping's), which the
   // privacy ledger must charge; none: it releases nothing.
   virtual std::optional<double> released_count_noise() const { return std::nullopt; }
+  // Whether the stage adds noise (a round must then release it even without clients).
+  virtual bool noised() const { return false; }
+  // Refuses, naming `where`, cohorts of `size` clients (Poisson: `size` on average) it cannot use.
+  virtual void check_cohort(int64_t /*size*/, bool /*poisson*/, const std::string& /*where*/) const {}
   // Whether a derivative through the stage is the stage's (federated AD through the round).
   virtual bool differentiable() const { return true; }
   // The sum stage: how the updates are summed (secure_sum); none: in the clear.
@@ -211,7 +215,7 @@ struct Compressor : Aggregation::Stage {
     TensorTree residual;
     if (error_feedback) {
       TensorTree zeros;
-      for (const auto& [name, t] : rows) zeros.set(kErrorState + name, at::zeros(t.sizes().slice(1), t.options()));
+      for (const auto& [name, t] : rows) zeros.set(Aggregation::error_state(name), at::zeros(t.sizes().slice(1), t.options()));
       residual = round.states.gather(round.chunk, zeros);
       flat = flat + flatten_rows(residual, at::kDouble);
     }
@@ -425,6 +429,8 @@ struct Gaussian final : Aggregation::Stage {
     }
   }
 
+  bool noised() const override { return o.noise_multiplier > 0; }
+
   TensorTree server(const TensorTree& sum, uint64_t seed, int64_t round, int64_t cohort, int64_t population,
                     const TensorTree& state, TensorTree& metrics) const override {
     double sensitivity = std::numeric_limits<double>::infinity();
@@ -514,6 +520,15 @@ struct Krum final : Aggregation::Stage {
     return table;
   }
   explicit Krum(KrumOptions o) : o(o) {}
+
+  void check_cohort(int64_t size, bool poisson, const std::string& where) const override {
+    FAX_CHECK(!poisson, "{}: krum scores a fixed number of updates (it needs more than 2 byzantine + 2 in every "
+              "round), which Poisson sampling does not give: use cohort.sampling: uniform, or median or trimmed_mean",
+              where);
+    FAX_CHECK(size > 2 * o.byzantine + 2 && o.select <= size,
+              "{}: krum with aggregation.krum.byzantine = {} and select = {} needs more than {} updates a round; "
+              "cohort.size is {}", where, o.byzantine, o.select, std::max(2 * o.byzantine + 2, o.select - 1), size);
+  }
 
   at::Tensor aggregate(const at::Tensor& rows, int64_t round) const override {
     const int64_t n = rows.size(0);
@@ -727,6 +742,10 @@ Aggregation::Aggregation(const Config& config, int64_t population, uint64_t seed
     made.push_back(e->info.name);
     roles_.push_back(e->info.role);
     if (stages_.back()->secure() != nullptr) secure_ = stages_.back()->secure();
+    if (config.has("cohort.size"))
+      stages_.back()->check_cohort(config.get_int("cohort.size"),
+                                   config.has("cohort.sampling") && config.get_string("cohort.sampling") == "poisson",
+                                   where);
   }
   const double fraction = config.get_float("clients.byzantine.fraction");
   if (fraction > 0) {
@@ -743,9 +762,15 @@ Aggregation::Aggregation(const Config& config, int64_t population, uint64_t seed
 
 bool Aggregation::uniform() const { return std::find(roles_.begin(), roles_.end(), kServer) != roles_.end(); }
 
+bool Aggregation::adds_noise() const {
+  return std::any_of(stages_.begin(), stages_.end(), [](const auto& s) { return s->noised(); });
+}
+
 bool Aggregation::gathers() const { return std::find(roles_.begin(), roles_.end(), kAggregator) != roles_.end(); }
 
 std::string Aggregation::describe() const { return names_.empty() ? "mean" : fmt::format("{}", fmt::join(names_, ", ")); }
+
+std::string Aggregation::error_state(const std::string& param) { return kErrorState + param; }
 
 bool Aggregation::byzantine(int64_t client) const {
   return !byzantine_.empty() && byzantine_.at(static_cast<size_t>(client));

@@ -165,7 +165,8 @@ const std::string kAggregationState = "aggregation/";
 // The aggregation's server metrics from the summed statistics.
 TensorTree stat_metrics(const TensorTree& sums, const at::Tensor& kept) {
   TensorTree metrics;
-  for (const auto& [name, t] : unprefixed(sums, kStat)) metrics.set(name, (t / kept.clamp_min(1)).detach());
+  // None kept (a round without clients): NaN, no statistic.
+  for (const auto& [name, t] : unprefixed(sums, kStat)) metrics.set(name, (t / kept).detach());
   return metrics;
 }
 
@@ -330,8 +331,10 @@ ServerState with_aggregation_state(ServerState state, const Aggregation& aggrega
   return state;
 }
 
-void check_aggregation_state(const ServerState& state, const Aggregation& aggregation, const std::string& where) {
+void check_server_state(const Algorithm& algorithm, const ServerState& state, const Aggregation& aggregation,
+                        const std::string& where) {
   aggregation.check_state(unprefixed(state.extra, kAggregationState), where);
+  algorithm.check_state({state.params, without_prefix(state.extra, kAggregationState)}, where);
 }
 
 RoundMetrics aggregated_round(const Algorithm& algorithm, ServerState& state, RoundContext& ctx) {

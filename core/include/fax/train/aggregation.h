@@ -63,13 +63,17 @@ class Aggregation {
   /// No stage and no byzantine client: FedAvg's example-weighted mean.
   Aggregation() = default;
   /// From aggregation.* and clients.byzantine.*; the byzantine clients are drawn from `seed`
-  /// among `population` clients.
+  /// among `population` clients. With cohort.size (and cohort.sampling) in `config`, refuses
+  /// stages that cannot use such cohorts (krum: too few updates, or Poisson sampling).
   Aggregation(const Config& config, int64_t population, uint64_t seed);
 
   /// Nothing to do: the plain example-weighted mean.
   bool plain() const { return stages_.empty() && byzantine_.empty(); }
   /// Each kept client counts once and the sum is divided by the cohort size (gaussian).
   bool uniform() const;
+  /// Whether a server stage adds noise (gaussian with noise_multiplier > 0): a round that drew no
+  /// client must still release it.
+  bool adds_noise() const;
   /// A robust aggregator replaces the mean: every update is gathered to every executor.
   bool gathers() const;
   /// The stages, for messages: "clip, gaussian".
@@ -112,6 +116,8 @@ class Aggregation {
   /// metrics (aggregation/clip_norm) are set in `metrics`.
   TensorTree next_state(const TensorTree& state, const TensorTree& stat_sums, double kept, uint64_t seed,
                         int64_t round, int64_t cohort, TensorTree& metrics) const;
+  /// The client state under which error feedback keeps a client's remainder of parameter `param`.
+  static std::string error_state(const std::string& param);
   /// Whether `client` of the population is byzantine.
   bool byzantine(int64_t client) const;
 

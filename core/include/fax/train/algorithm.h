@@ -85,6 +85,12 @@ class Algorithm {
   /// when Poisson sampling drew no client: a skipped release would tell that nobody took part.
   /// Any other algorithm's state stays as it is in a round without clients.
   virtual bool adds_noise() const { return false; }
+
+  /// Refuses, naming `where` (a run log's checkpoint), a state `round` cannot use although its
+  /// leaves, shapes and dtypes are those init() made (a resume checks those first): a clip norm
+  /// that is not positive, a learned rate that is not finite. `extra` keeps the leaves, shapes and
+  /// dtypes init() gave it in every round; a state that grows later is refused on resume.
+  virtual void check_state(const ServerState& /*state*/, const std::string& /*where*/) const {}
 };
 
 /// The state before round 0: the algorithm's, with the aggregation pipeline's server state
@@ -92,8 +98,9 @@ class Algorithm {
 ServerState with_aggregation_state(ServerState state, const Aggregation& aggregation);
 /// Refuses, naming `where` (a run log's checkpoint), a state whose pipeline part (keys as
 /// with_aggregation_state's) holds values the stages cannot use (a clip norm that is not finite
-/// and positive).
-void check_aggregation_state(const ServerState& state, const Aggregation& aggregation, const std::string& where);
+/// and positive), or whose own part the algorithm refuses (Algorithm::check_state).
+void check_server_state(const Algorithm& algorithm, const ServerState& state, const Aggregation& aggregation,
+                        const std::string& where);
 /// algorithm.round with the pipeline's server state split off `state.extra` (the algorithm sees
 /// and replaces only its own) into ctx.aggregation_state, and joined back once advanced.
 RoundMetrics aggregated_round(const Algorithm& algorithm, ServerState& state, RoundContext& ctx);

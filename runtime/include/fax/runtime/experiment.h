@@ -85,7 +85,7 @@ class Experiment {
                 const std::function<bool()>& stop = {});
   /// Refuses, naming `where` (the log's checkpoint), a resume point this experiment cannot continue
   /// from: a state whose leaves, shapes or dtypes are not those init() makes, or whose aggregation
-  /// state the stages cannot use (check_aggregation_state). run() checks it too; a caller checks
+  /// state the stages or the algorithm cannot use (check_server_state). run() checks it too; a caller checks
   /// first to refuse before it touches the log.
   void check_resume(const ResumePoint& resume, const std::string& where);
 
