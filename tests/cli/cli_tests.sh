@@ -1037,7 +1037,7 @@ PY
     cd "$WORK" || fail "no $WORK"
     "$PYTHON" "$FAX_SOURCE_DIR/experiments/fmnist_torchscript.py" fmnist_mlp.pt > /dev/null || fail "export failed"
     for name in fmnist_torchscript fmnist_cnn_fedavg fmnist_dir01_fedavg fmnist_dir01_fedadam fmnist_dir01_fedprox \
-      fmnist_dir01_hypergrad fmnist_dir01_fedopt_sweep fmnist_dir01_fedopt_seeds; do
+      fmnist_dir01_hypergrad fmnist_dir01_fedopt_sweep fmnist_dir01_fedopt_seeds fmnist_dir01_dp_poisson; do
       grep -q "^expect:" "$FAX_SOURCE_DIR/experiments/$name.yaml" || fail "$name.yaml has no expect: section"
       run_expect 0 "" -- "$FAX_RUN" run "$FAX_SOURCE_DIR/experiments/$name.yaml" --check -o "$WORK/$name.h5"
       grep -q "^check: eval/accuracy at round [0-9]*: .*: ok$" "$WORK/stdout" || fail "$name: no check line: $(cat "$WORK/stdout")"
