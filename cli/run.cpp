@@ -235,7 +235,7 @@ int execute(const ExperimentSetup& setup, const std::string& source, const std::
   const MeshOptions& mesh = experiment.mesh_options();
   if (!quiet) {
     std::printf("fax-run %s: %s%s\n  data: %s\n  model: %s\n  algorithm: %s (%s)\n  mesh: %d %sexecutors x %d threads, "
-                "%lld logical shards; cohort %lld of %lld clients; %lld rounds\n  log: %s\n",
+                "%lld logical shards; cohort %lld of %lld clients%s; %lld rounds\n  log: %s\n",
                 FAX_VERSION, source.c_str(),
                 resume ? fmt::format(" (resuming after round {})", first).c_str() : "",
                 (data->describe() + (setup.dataset_plugin ? " (" + setup.dataset_plugin->path + ")" : "")).c_str(),
@@ -243,6 +243,7 @@ int execute(const ExperimentSetup& setup, const std::string& source, const std::
                 setup.plugin->name.c_str(), setup.plugin->path.c_str(), mesh.executors,
                 coordinator ? "remote " : "", mesh.threads_per_executor, static_cast<long long>(mesh.logical_shards),
                 static_cast<long long>(config.get_int("cohort.size")), static_cast<long long>(data->num_clients()),
+                sampling(config) == Sampling::poisson ? " on average (Poisson sampling)" : "",
                 static_cast<long long>(rounds), output.c_str());
     std::fflush(stdout);
   }
