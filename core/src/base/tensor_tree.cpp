@@ -24,7 +24,8 @@ bool same_bytes(const at::Tensor& a, const at::Tensor& b) {
   if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
   const at::Tensor ca = a.detach().cpu().contiguous();
   const at::Tensor cb = b.detach().cpu().contiguous();
-  return std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.numel() * ca.element_size()) == 0;
+  // An empty tensor may have no data pointer, which memcmp must not get.
+  return ca.numel() == 0 || std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.numel() * ca.element_size()) == 0;
 }
 
 // Applies `fn` to the i-th leaves of all trees, for every i: stack and cat along the clients axis.
