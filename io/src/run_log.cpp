@@ -139,6 +139,8 @@ RunLog RunLog::resume(const std::string& path, int64_t after_round) {
     for (size_t r = 0; r < keep; ++r) {
       const at::Tensor row = ids[static_cast<int64_t>(r)];
       widths.push_back((row >= 0).sum().item<int64_t>());
+      FAX_CHECK((row.narrow(0, widths.back(), row.numel() - widths.back()) == -1).all().item<bool>(),
+                "{}: /clients/id row {} holds ids below 0 other than its trailing padding (-1)", path, r + 1);
       m.client_ids.push_back(row.narrow(0, 0, widths.back()));
     }
     for (const auto& name : reader.datasets_below("/clients")) {

@@ -147,7 +147,7 @@ StringPairs Experiment::environment() const {
           {"data", data_.describe()},
           {"model", model_.describe()},
           {"cohort_sampling",
-           sampling(config_) == Sampling::poisson
+           sampling_ == Sampling::poisson
                ? "poisson: each client joins a round with probability cohort.size / population, as the privacy "
                  "ledger assumes"
                : "uniform: cohort.size clients without replacement; a privacy ledger accounts this as Poisson "

@@ -287,6 +287,8 @@ variants = {
     "checkpoint_name": lambda f: f["checkpoints"].move("2", "abc"),
     "checkpoint_huge": lambda f: f["checkpoints"].move("2", "99999999999999999999999"),
     "clients_short": lambda f: rep(f, "clients/train_loss", np.zeros((2, 10))),
+    # Padding (-1, Poisson cohorts) only ends a row: a hole before an id is not the log's.
+    "clients_hole": lambda f: f["clients/id"].write_direct(np.array([[-1]], dtype=np.int64), np.s_[0:1, 0:1], np.s_[0:1, 0:1]),
     "config_number": lambda f: rep(f, "config", 5),
 }
 for name, change in variants.items():
@@ -319,6 +321,7 @@ PY
     expect_refused checkpoint_name "/checkpoints/abc is not named after a round" inspect resume
     expect_refused checkpoint_huge "/checkpoints/9+ is not named after a round" inspect resume
     expect_refused clients_short "/clients/train_loss does not have the shape of /clients/id" resume
+    expect_refused clients_hole "/clients/id row 1 holds ids below 0 other than its trailing padding" resume
     expect_refused config_number "" inspect plot resume
     ;;
   tampered_state)
