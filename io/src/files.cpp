@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -110,10 +111,18 @@ std::string read_regular_file(const std::string& path, size_t max_bytes, const s
             max_bytes >> 20, what);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   FAX_CHECK(fd >= 0, "{}: cannot open {}: {}", path, what, errno_text(errno));
-  // Read at most one byte past the limit: a file that grows meanwhile is still refused.
-  std::string text(max_bytes + 1, '\0');
+  // Read at most one byte past the limit: a file that grows meanwhile is still refused. The buffer
+  // starts at the size stat gave (a limit is no reason to zero that much memory) and grows.
+  std::string text(std::min<size_t>(max_bytes, static_cast<size_t>(info.st_size)) + 1, '\0');
   size_t got = 0;
-  while (got < text.size()) {
+  while (true) {
+    if (got == text.size()) {
+      if (text.size() > max_bytes) {
+        ::close(fd);
+        break;
+      }
+      text.resize(std::min(max_bytes + 1, 2 * text.size()));
+    }
     const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
@@ -124,7 +133,6 @@ std::string read_regular_file(const std::string& path, size_t max_bytes, const s
     }
     got += static_cast<size_t>(n);
   }
-  if (got <= max_bytes) ::close(fd);
   FAX_CHECK(got <= max_bytes, "{}: larger than {} MiB; {} is a small file", path, max_bytes >> 20, what);
   text.resize(got);
   return text;
