@@ -113,6 +113,7 @@ struct SweepOptions {
 struct PlotOptions {
   std::vector<std::string> runs;  ///< run logs and sweep indexes
   std::string metric = "eval/accuracy";
+  std::string x = "round";  ///< round, or time: the simulated time (time/simulated_s)
   std::string output = "plot.svg";
   std::string title;
   bool log_y = false;

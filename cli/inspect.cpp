@@ -146,7 +146,8 @@ Subcommand add_table_subcommand(CLI::App& app) {
   cmd->add_option("--cols", o->cols, "a sweep: the key (or prefix) whose settings make the columns");
   cmd->add_option("--metric", o->metrics,
                   "a sweep: the metric (default: the sweep's); run logs: a column, repeatable: METRIC (its last value), "
-                  "METRIC@ROUND, METRIC@lastK (mean of the last k values), a trailing % for percent "
+                  "METRIC@ROUND, METRIC@lastK (mean of the last k values), METRIC@OTHER>=X (its value at the first round "
+                  "where OTHER >= X, or <=: time/simulated_s@eval/accuracy>=0.8), a trailing % for percent "
                   "(default eval/accuracy%)")
       ->type_name("NAME");
   cmd->add_option("--where", o->where, "a sweep: only trials with this setting, e.g. algorithm.name=fedavg; repeatable")

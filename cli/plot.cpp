@@ -98,6 +98,8 @@ std::vector<Legend> legends(const std::vector<Run>& runs) {
   return out;
 }
 
+constexpr const char* kSimulatedTime = "time/simulated_s";
+
 }  // namespace
 
 int plot_command(const PlotOptions& options) {
@@ -110,21 +112,40 @@ int plot_command(const PlotOptions& options) {
   // Repeats of a setting over seeds share its colour and differ in dash.
   std::vector<std::string> settings;
   std::vector<Series> series;
+  const bool by_time = options.x == "time";
   for (size_t i = 0; i < runs.size(); ++i) {
     const RunLogReader& log = runs[i].log;
     const std::vector<std::string> metrics = log.metric_names();
     FAX_CHECK(std::find(metrics.begin(), metrics.end(), options.metric) != metrics.end(),
               "{}: no metric '{}' (it has: {})", runs[i].path, options.metric, fmt::join(metrics, ", "));
+    FAX_CHECK(!by_time || std::find(metrics.begin(), metrics.end(), kSimulatedTime) != metrics.end(),
+              "{}: --x time needs the metric {}; the run had no simulated clock (clients.speed.distribution)",
+              runs[i].path, kSimulatedTime);
     Series s{legend[i].label, {}, log.metric(options.metric)};
     auto it = std::find(settings.begin(), settings.end(), legend[i].setting);
     s.colour = static_cast<int>(it - settings.begin());
     if (it == settings.end()) settings.push_back(legend[i].setting);
     s.dash = 0;
     for (size_t j = 0; j < i; ++j) s.dash += legend[j].setting == legend[i].setting;
-    for (int64_t r : log.rounds()) s.x.push_back(static_cast<double>(r));
+    if (by_time) {
+      s.x = log.metric(kSimulatedTime);
+    } else {
+      for (int64_t r : log.rounds()) s.x.push_back(static_cast<double>(r));
+    }
     series.push_back(std::move(s));
   }
   ChartOptions chart;
+  if (by_time) {
+    // Seconds, minutes or hours, whichever keeps the axis' numbers readable.
+    double longest = 0;
+    for (const Series& s : series)
+      for (double x : s.x) longest = std::max(longest, x);
+    const auto [unit, per] = longest >= 7200 ? std::pair("h", 3600.0) : longest >= 120 ? std::pair("min", 60.0)
+                                                                                        : std::pair("s", 1.0);
+    for (Series& s : series)
+      for (double& x : s.x) x /= per;
+    chart.x_label = fmt::format("simulated time ({})", unit);
+  }
   chart.title = options.title.empty() ? options.metric : options.title;
   chart.y_label = options.metric;
   chart.log_y = options.log_y;
@@ -143,6 +164,8 @@ Subcommand add_plot_subcommand(CLI::App& app) {
   cmd->add_option("runs", o->runs, "run logs, or sweep indexes (<dir>/sweep.h5: every finished trial)")
       ->required()->type_name("FILE.h5...");
   cmd->add_option("--metric", o->metric, "the metric to draw (default: eval/accuracy)")->type_name("NAME");
+  cmd->add_option("--x", o->x, "the x axis: round (default), or time: the simulated time of runs with a clock")
+      ->check(CLI::IsMember({"round", "time"}));
   cmd->add_option("-o,--output", o->output, "the SVG file to write (default: o->svg)")->type_name("OUT.svg");
   cmd->add_option("--title", o->title, "the chart's title (default: the metric)");
   cmd->add_flag("--log-y", o->log_y, "logarithmic y axis");

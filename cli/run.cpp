@@ -33,7 +33,8 @@ namespace {
 std::string format_metrics(const Metrics& metrics) {
   std::string out;
   for (const auto& [name, value] : metrics) {
-    if (name.rfind("time/", 0) == 0 || std::isnan(value)) continue;
+    // Wall times vary; the simulated time is part of the result.
+    if ((name.rfind("time/", 0) == 0 && name != "time/simulated_s") || std::isnan(value)) continue;
     out += fmt::format("  {} {:.4f}", name, value);
   }
   return out;
@@ -245,6 +246,7 @@ int execute(const ExperimentSetup& setup, const std::string& source, const std::
                 static_cast<long long>(config.get_int("cohort.size")), static_cast<long long>(data->num_clients()),
                 sampling(config) == Sampling::poisson ? " on average (Poisson sampling)" : "",
                 static_cast<long long>(rounds), output.c_str());
+    if (experiment.clock() != nullptr) std::printf("  clock: %s\n", experiment.clock()->describe().c_str());
     std::fflush(stdout);
   }
   ProgressPrinter progress(config.get_int("logging.progress_every"), quiet);
@@ -278,8 +280,8 @@ std::vector<std::string> experiment_inputs(const ExperimentSetup& setup, const s
   std::vector<std::string> inputs{experiment, setup.plugin->path};
   if (setup.model_plugin) inputs.push_back(setup.model_plugin->path);
   if (setup.dataset_plugin) inputs.push_back(setup.dataset_plugin->path);
-  for (const char* key : {"data.path", "data.test_path", "model.path"})
-    if (setup.config.has(key)) inputs.push_back(setup.config.get_string(key));
+  for (const char* key : {"data.path", "data.test_path", "model.path", "clients.trace.device", "clients.trace.availability"})
+    if (setup.config.has(key) && !setup.config.get_string(key).empty()) inputs.push_back(setup.config.get_string(key));
   return inputs;
 }
 

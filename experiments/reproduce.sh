@@ -60,6 +60,9 @@ for lr in 0.3 3; do run "fmnist_dir01_fedavg.server_lr=$lr" fmnist_dir01_fedavg.
 for lr in 0.003 0.03; do run "fmnist_dir01_fedadam.server_lr=$lr" fmnist_dir01_fedadam.yaml --set "algorithm.server_lr=$lr"; done
 run fmnist_dir01_hypergrad.hyper_lr=0.2 fmnist_dir01_hypergrad.yaml --set algorithm.hyper_lr=0.2
 run fmnist_dir01_dp.noise_multiplier=0.5 fmnist_dir01_dp.yaml --set algorithm.noise_multiplier=0.5
+run fmnist_sync_deadline fmnist_sync_deadline.yaml
+run fmnist_sync_deadline.wait_for_all fmnist_sync_deadline.yaml --set cohort.deadline_s=0
+run fmnist_sync_deadline.over_selection fmnist_sync_deadline.yaml --set cohort.deadline_s=0 --set cohort.over_selection=0.3
 
 echo
 echo "## Experiments"
@@ -76,6 +79,13 @@ table fmnist_dir01_hypergrad.h5 fmnist_dir01_hypergrad.hyper_lr=0.2.h5 \
   --metric server/lr@1 --metric server/lr@50 --metric server/lr@150 --metric server/lr
 table fmnist_dir01_dp.h5 fmnist_dir01_dp.noise_multiplier=0.5.h5 fmnist_dir01_dp_poisson.h5 fmnist_dir01_secure_dp.h5 \
   --metric eval/accuracy% --metric privacy/epsilon@1 --metric privacy/epsilon
+echo
+echo "## Simulated time"
+table fmnist_sync_deadline.wait_for_all.h5 fmnist_sync_deadline.h5 fmnist_sync_deadline.over_selection.h5 \
+  --metric eval/accuracy% --metric "round@eval/accuracy>=0.8" --metric "time/simulated_s@eval/accuracy>=0.8" \
+  --metric time/simulated_s --metric time/round_simulated_s@last300 --metric clock/late@last300
+"$fax_run" plot fmnist_sync_deadline.wait_for_all.h5 fmnist_sync_deadline.h5 fmnist_sync_deadline.over_selection.h5 \
+  --x time -o fmnist_sync_time.svg --title "FedAvg on the simulated clock: test accuracy" > /dev/null || status=2
 
 if ((sweeps)); then
   echo

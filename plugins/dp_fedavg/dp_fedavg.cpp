@@ -88,6 +88,7 @@ class DpFedAvg final : public fax::Algorithm {
     return {std::move(params), pipeline_->initial_state()};
   }
 
+  int64_t local_examples(int64_t examples) const override { return fax::local_examples(training_, examples); }
   fax::RoundMetrics round(fax::ServerState& state, fax::RoundContext& ctx) const override {
     FAX_CHECK(ctx.aggregation == nullptr || ctx.aggregation->plain(),
               "dp_fedavg is FedAvg through the aggregation stages {}; with the experiment's aggregation stages or "

@@ -36,6 +36,14 @@ class ModelAverage final : public fax::Algorithm {
     return {std::move(params), {}};
   }
 
+  // What a client computes on in a round, for the simulated clock: one epoch of batch_size steps.
+  int64_t local_examples(int64_t examples) const override {
+    fax::ClientTraining training;
+    training.epochs = 1;
+    training.batch_size = o_.batch_size;
+    return fax::local_examples(training, examples);
+  }
+
   // Runs on every executor at once (SPMD) on its own clients; combine clients only through the
   // primitives (broadcast, map_clients, sum, mean, weighted_mean).
   fax::RoundMetrics round(fax::ServerState& state, fax::RoundContext& ctx) const override {

@@ -39,6 +39,7 @@ class FedAvg final : public fax::Algorithm {
     return state;
   }
 
+  int64_t local_examples(int64_t examples) const override { return fax::local_examples(training_, examples); }
   fax::RoundMetrics round(fax::ServerState& state, fax::RoundContext& ctx) const override {
     const fax::RoundUpdate update = fax::mean_client_update(ctx, state.params, training_);
     fax::TensorTree step = update.mean;

@@ -36,6 +36,7 @@ class FedNova final : public fax::Algorithm {
     return {std::move(params), {}};
   }
 
+  int64_t local_examples(int64_t examples) const override { return fax::local_examples(training_, examples); }
   fax::RoundMetrics round(fax::ServerState& state, fax::RoundContext& ctx) const override {
     fax::ClientTraining training = training_;
     const double rho = training_.momentum;

@@ -54,6 +54,7 @@ class FedOpt final : public fax::Algorithm {
     return {std::move(params), std::move(moments)};
   }
 
+  int64_t local_examples(int64_t examples) const override { return fax::local_examples(training_, examples); }
   fax::RoundMetrics round(fax::ServerState& state, fax::RoundContext& ctx) const override {
     const fax::RoundUpdate update = fax::mean_client_update(ctx, state.params, training_);
     const fax::TensorTree& g = update.mean;

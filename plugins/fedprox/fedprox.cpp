@@ -42,6 +42,7 @@ class FedProx final : public fax::Algorithm {
     return {std::move(params), {}};
   }
 
+  int64_t local_examples(int64_t examples) const override { return fax::local_examples(training_, examples); }
   fax::RoundMetrics round(fax::ServerState& state, fax::RoundContext& ctx) const override {
     const fax::RoundUpdate update = fax::mean_client_update(ctx, state.params, training_);
     state.params = fax::axpy(-server_lr_, update.mean, state.params);

@@ -50,6 +50,7 @@ class HypergradFedAvg final : public fax::Algorithm {
     return {std::move(params), std::move(rates)};
   }
 
+  int64_t local_examples(int64_t examples) const override { return fax::local_examples(training_, examples); }
   fax::RoundMetrics round(fax::ServerState& state, fax::RoundContext& ctx) const override {
     const at::Tensor log_eta = state.extra.at("log_server_lr").detach().requires_grad_(true);
     const at::Tensor log_lr = state.extra.at("log_client_lr").detach().requires_grad_(o_.learn_client_lr);

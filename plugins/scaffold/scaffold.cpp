@@ -39,6 +39,7 @@ class Scaffold final : public fax::Algorithm {
     return {std::move(params), std::move(control)};
   }
 
+  int64_t local_examples(int64_t examples) const override { return fax::local_examples(training_, examples); }
   fax::RoundMetrics round(fax::ServerState& state, fax::RoundContext& ctx) const override {
     const fax::TensorTree c = fax::unprefixed(state.extra, "control/");
     const fax::TensorTree zeros = fax::zeros_like(state.params);

@@ -58,6 +58,7 @@ Schema experiment_schema() {
                  "shared matrix products instead of small per-client ones and no per-client weight updates (same "
                  "maths, other rounding); false: plain autograd steps"));
   for (ConfigKey& key : aggregation_schema()) s.add(std::move(key));
+  for (ConfigKey& key : clock_schema()) s.add(std::move(key));
   s.add(int_key("logging.eval_every", "10", "evaluate on the test split every K rounds (and after the last); 0: last only", 0));
   s.add(int_key("logging.progress_every", "10", "when stdout is not a terminal, print a progress line every K rounds", 1));
   s.add(bool_key("logging.per_client", "false", "log per-client metrics (round x cohort) under /clients"));
@@ -93,23 +94,31 @@ Sampling sampling(const Config& config) {
   return config.get_string("cohort.sampling") == "poisson" ? Sampling::poisson : Sampling::uniform;
 }
 
-Cohort sample_cohort(const FederatedDataset& data, int64_t size, uint64_t seed, int64_t round, Sampling sampling) {
-  const int64_t population = data.num_clients();
-  FAX_CHECK(size <= population, "cohort.size ({}) is larger than the population of {} ({} clients)", size,
-            data.describe(), population);
+std::vector<int64_t> draw_clients(int64_t population, int64_t size, uint64_t seed, int64_t round, Sampling sampling) {
   at::Tensor picked;
   if (sampling == Sampling::poisson) {
     const double q = static_cast<double>(size) / static_cast<double>(population);
     picked = (at::rand({population}, server_generator(seed, round), at::kDouble) < q).nonzero().view({-1});
   } else {
-    picked = at::randperm(population, server_generator(seed, round), at::kLong).narrow(0, 0, size);
+    picked = at::randperm(population, server_generator(seed, round), at::kLong);
   }
-  const int64_t n = picked.numel();
-  std::vector<int64_t> ids(picked.data_ptr<int64_t>(), picked.data_ptr<int64_t>() + n);
+  return {picked.data_ptr<int64_t>(), picked.data_ptr<int64_t>() + picked.numel()};
+}
+
+Cohort weighted_cohort(const FederatedDataset& data, std::vector<int64_t> ids) {
   std::vector<double> weights;
-  weights.reserve(n);
+  weights.reserve(ids.size());
   for (int64_t id : ids) weights.push_back(static_cast<double>(data.num_examples(id)));
   return Cohort(std::move(ids), std::move(weights));
+}
+
+Cohort sample_cohort(const FederatedDataset& data, int64_t size, uint64_t seed, int64_t round, Sampling sampling) {
+  const int64_t population = data.num_clients();
+  FAX_CHECK(size <= population, "cohort.size ({}) is larger than the population of {} ({} clients)", size,
+            data.describe(), population);
+  std::vector<int64_t> ids = draw_clients(population, size, seed, round, sampling);
+  if (sampling == Sampling::uniform) ids.resize(static_cast<size_t>(size));
+  return weighted_cohort(data, std::move(ids));
 }
 
 Experiment::Experiment(const Config& config, Algorithm& algorithm, const Model& model, const FederatedDataset& data,
@@ -153,6 +162,7 @@ StringPairs Experiment::environment() const {
                : "uniform: cohort.size clients without replacement; a privacy ledger accounts this as Poisson "
                  "sampling at rate cohort.size / population, an approximation, not a bound"}};
   if (remote_ != nullptr) env.emplace_back("remote", fmt::format("coordinator at {}", remote_->address()));
+  if (clock() != nullptr) env.emplace_back("clock", clock()->describe());
   return env;
 }
 
@@ -246,14 +256,42 @@ TensorTree Experiment::serve(Program& p, TaskKind kind, const TensorTree& input)
   return join({p.executor() == 0 ? out : TensorTree{}, prefixed(client_states_.stacked(), kClientStates)});
 }
 
-TensorTree checkpoint_tree(const ServerState& state, const ClientStates& clients) {
+namespace {
+constexpr const char* kNowUs = "now_us";
+}  // namespace
+
+TensorTree checkpoint_tree(const ServerState& state, const ClientStates& clients, std::optional<SimTime> now) {
+  TensorTree clock;
+  if (now) clock.set(kNowUs, at::scalar_tensor(*now, at::kLong));
   return join({prefixed(state.params, "params/"), prefixed(state.extra, "extra/"),
-               prefixed(clients.stacked(), "client_states/")});
+               prefixed(clients.stacked(), "client_states/"), prefixed(clock, "clock/")});
 }
 
 ResumePoint resume_point(int64_t round, const TensorTree& checkpoint) {
   return {round, {unprefixed(checkpoint, "params/"), unprefixed(checkpoint, "extra/")},
-          unprefixed(checkpoint, "client_states/")};
+          unprefixed(checkpoint, "client_states/"), unprefixed(checkpoint, "clock/")};
+}
+
+const SimulatedClock* Experiment::clock() const {
+  if (!clock_) clock_ = SimulatedClock::from_config(config_);
+  return clock_->get();
+}
+
+SyncRound Experiment::clock_round(int64_t round, SimTime start, int64_t down_bits, int64_t up_bits) const {
+  const SimulatedClock& c = *clock();
+  const int64_t size = config_.get_int("cohort.size");
+  const std::vector<int64_t> candidates =
+      draw_clients(data_.num_clients(), size, static_cast<uint64_t>(config_.get_int("seed")), round, sampling_);
+  int64_t dispatch = static_cast<int64_t>(candidates.size()), keep = dispatch;
+  if (sampling_ == Sampling::uniform) {
+    keep = size;
+    // ceil(size x over_selection), robust to the rounding of the product (10 x 0.3).
+    const auto extra = static_cast<int64_t>(std::ceil(static_cast<double>(size) * c.options().over_selection - 1e-9));
+    dispatch = std::min(dispatch, size + extra);
+  }
+  return c.sync_round(candidates, dispatch, keep, start, [&](int64_t client) {
+    return c.duration(client, round, algorithm_.local_examples(data_.num_examples(client)), down_bits, up_bits);
+  });
 }
 
 namespace {
@@ -311,6 +349,15 @@ void Experiment::check_resume(const ResumePoint& resume, const std::string& wher
 }
 
 void Experiment::check_resume(const ResumePoint& resume, const ServerState& fresh, const std::string& where) const {
+  if (clock() != nullptr) {
+    TensorTree expected;
+    expected.set(kNowUs, at::scalar_tensor(0, at::kLong));
+    check_like(resume.clock, expected, "clock/", where);
+    FAX_CHECK(resume.clock.at(kNowUs).item<int64_t>() >= 0, "{}: clock/now_us is negative", where);
+  } else {
+    FAX_CHECK(resume.clock.empty(), "{}: the checkpoint holds a simulated time (clock/) but this experiment has no "
+              "simulated clock (clients.speed.distribution none)", where);
+  }
   check_like(resume.state.params, fresh.params, "params/", where, /*finite=*/true);
   check_like(resume.state.extra, fresh.extra, "extra/", where);
   check_server_state(algorithm_, resume.state, aggregation_, where);
@@ -336,18 +383,33 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
     result.state = resume->state;
     client_states_.restore(resume->client_states);
   }
+  const SimulatedClock* const clock = this->clock();
+  SimTime now = clock != nullptr && resume != nullptr ? resume->clock.at(kNowUs).item<int64_t>() : 0;
+  // What a client downloads and uploads, for its simulated duration.
+  int64_t down_bits = 0;
+  for (const auto& [name, t] : result.state.params) down_bits += t.numel() * static_cast<int64_t>(t.element_size()) * 8;
+  const int64_t up_bits = aggregation_.upload_bits(result.state.params);
   result.rounds_done = first;
   const auto start = std::chrono::steady_clock::now();
   int64_t checkpointed = first;
   int64_t clients_trained = 0;  // drawn clients (Poisson sampling draws any number) since `start`
+  std::optional<SimTime> clock_now = clock != nullptr ? std::optional<SimTime>(now) : std::nullopt;  // checkpointed
   for (int64_t r = first; r < rounds; ++r) {
     const auto round_start = std::chrono::steady_clock::now();
     // A round interrupted mid-way (SIGTERM) is abandoned: the run keeps the state before it.
     const ServerState before = result.state;
     const ClientStates::Saved states_before = client_states_.save();
-    const Cohort cohort = sample_cohort(data_, cohort_size, seed, r, sampling_);
-    TensorTree packed;
     Metrics metrics;
+    SyncRound timed;
+    if (clock != nullptr) {
+      timed = clock_round(r, now, down_bits, up_bits);
+      metrics.emplace_back("clock/selected", static_cast<double>(timed.selected));
+      metrics.emplace_back("clock/late", static_cast<double>(timed.late));
+      metrics.emplace_back("clock/lost", static_cast<double>(timed.lost));
+    }
+    const Cohort cohort =
+        clock != nullptr ? weighted_cohort(data_, timed.clients) : sample_cohort(data_, cohort_size, seed, r, sampling_);
+    TensorTree packed;
     if (sampling_ == Sampling::poisson) metrics.emplace_back("cohort/size", static_cast<double>(cohort.size()));
     try {
       // Nobody drawn: nothing to combine, and the state stays, unless the round releases noise
@@ -364,31 +426,42 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
       }
       metrics.emplace_back("time/round_s",
                            std::chrono::duration<double>(std::chrono::steady_clock::now() - round_start).count());
+      if (clock != nullptr) {
+        metrics.emplace_back("time/round_simulated_s", to_seconds(timed.length));
+        metrics.emplace_back("time/simulated_s", to_seconds(now + timed.length));
+      }
       if (due(eval_every, r + 1, rounds)) {
         for (auto& m : evaluate(algorithm_.eval_params(result.state))) metrics.push_back(m);
       }
     } catch (const Interrupted&) {
       result.state = before;
       client_states_.roll_back(states_before);
-      if (log != nullptr && r > checkpointed) log->checkpoint(r, checkpoint_tree(result.state, client_states_), keep_checkpoints);
+      if (log != nullptr && r > checkpointed) log->checkpoint(r, checkpoint_tree(result.state, client_states_, clock_now), keep_checkpoints);
       if (log != nullptr && r > checkpointed) log->commit();
       result.stopped = true;
       break;
     }
     const int64_t completed = r + 1;
     result.rounds_done = completed;
+    now += timed.length;
+    clock_now = clock != nullptr ? std::optional<SimTime>(now) : std::nullopt;
     clients_trained += cohort.size();
     const bool stopping = stop && stop() && completed < rounds;
     if (log != nullptr) {
       if (per_client) {
         std::vector<std::pair<std::string, at::Tensor>> values;
         for (const auto& [name, t] : unprefixed(packed, "clients/")) values.emplace_back(name, t);
+        if (clock != nullptr) {
+          std::vector<double> seconds;
+          for (SimTime d : timed.durations) seconds.push_back(to_seconds(d));
+          values.emplace_back("simulated_s", at::tensor(seconds, at::kDouble));
+        }
         log->append_clients(at::tensor(cohort.ids(), at::kLong), values);
       }
       // The checkpoint file is written first and linked by the append that commits the round: a
       // crash in between leaves a file no log links to, which a resume discards.
       if (stopping || due(checkpoint_every, completed, rounds)) {
-        log->checkpoint(completed, checkpoint_tree(result.state, client_states_), keep_checkpoints);
+        log->checkpoint(completed, checkpoint_tree(result.state, client_states_, clock_now), keep_checkpoints);
         checkpointed = completed;
       }
       log->append(completed, metrics);

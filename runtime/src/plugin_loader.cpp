@@ -107,6 +107,9 @@ class GuardedAlgorithm final : public Algorithm {
   bool adds_noise() const override {
     return guarded(made_.who(), "adds_noise", [&] { return inner_->adds_noise(); });
   }
+  int64_t local_examples(int64_t examples) const override {
+    return guarded(made_.who(), "local_examples", [&] { return inner_->local_examples(examples); });
+  }
   void check_state(const ServerState& state, const std::string& where) const override {
     guarded(made_.who(), "check_state", [&] { inner_->check_state(state, where); });
   }

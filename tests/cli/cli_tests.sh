@@ -6,6 +6,27 @@ set -uo pipefail
 
 source "$(dirname "$0")/common.sh"
 
+# same_on_executors_and_workers NAME ROUNDS SETTINGS...: the experiment on 1 and 2 executors
+# ($WORK/NAME1.h5, NAME2.h5) and on 2 worker processes ($WORK/remote.h5), all the same bits.
+same_on_executors_and_workers() {
+  local name=$1 rounds=$2
+  shift 2
+  echo "fax-test-token" > "$WORK/token"
+  for e in 1 2; do
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/$name$e.h5" "$@" --set execution.executors=$e
+  done
+  "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/${name}1.h5" "$WORK/${name}2.h5" "$rounds" \
+    || fail "1 and 2 executors differ"
+  port=$(free_port)
+  workers=()
+  for i in 0 1; do start_worker "w$i.log" -q; done
+  run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/remote.h5" "$@" --workers 2 \
+    --listen "127.0.0.1:$port" --token-file "$WORK/token" "${collectives[@]}"
+  for pid in "${workers[@]}"; do wait "$pid" || fail "a worker exited $? after the run"; done
+  "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/${name}1.h5" "$WORK/remote.h5" "$rounds" \
+    || fail "local and remote differ"
+}
+
 case "$1" in
   run_h5py)
     run_expect 0 "" -- "$FAX_RUN" run "$experiment" -o "$WORK/run.h5" --set rounds=20 --set logging.per_client=true \
@@ -41,21 +62,10 @@ PY
     # Poisson sampling, 2 of 100 clients a round on average over 4 logical shards: rounds of 0 to
     # 5 clients, shards left empty. 1 and 2 executors and 2 worker processes give the same bits; an
     # empty round keeps the parameters; per-client rows are padded to the widest cohort.
-    echo "fax-test-token" > "$WORK/token"
     common=(--set rounds=30 --set seed=2 --set cohort.size=2 --set cohort.sampling=poisson --set execution.logical_shards=4
             --set logging.eval_every=10 --set logging.checkpoint_every=1 --set logging.keep_checkpoints=0
             --set logging.per_client=true)
-    for e in 1 2; do
-      run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/p$e.h5" "${common[@]}" --set execution.executors=$e
-    done
-    "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/p1.h5" "$WORK/p2.h5" 30 || fail "1 and 2 executors differ"
-    port=$(free_port)
-    workers=()
-    for i in 0 1; do start_worker "w$i.log" -q; done
-    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/remote.h5" "${common[@]}" --workers 2 \
-      --listen "127.0.0.1:$port" --token-file "$WORK/token" "${collectives[@]}"
-    for pid in "${workers[@]}"; do wait "$pid" || fail "a worker exited $? after the run"; done
-    "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/p1.h5" "$WORK/remote.h5" 30 || fail "local and remote differ"
+    same_on_executors_and_workers p 30 "${common[@]}"
     "$PYTHON" - "$WORK/p1.h5" <<'PY' || fail "the Poisson run's log"
 import sys, h5py, numpy as np
 f = h5py.File(sys.argv[1])
@@ -110,6 +120,120 @@ for r in np.flatnonzero(sizes == 0):
         p, q = z[f"checkpoints/{r}/params"], z[f"checkpoints/{r + 1}/params"]
         assert all(p[n][()].tobytes() == q[n][()].tobytes() for n in p), f"z = 0: round {r + 1} had no clients but moved"
 PY
+    ;;
+  clock)
+    # The simulated clock: lognormal speeds with per-round jitter, clients available half the time
+    # in 2 s slots and lost when they leave, a deadline. 1 and 2 executors and 2 worker processes:
+    # the same bits, simulated times included.
+    common=(--set rounds=20 --set logging.per_client=true --set logging.checkpoint_every=5
+            --set clients.speed.distribution=lognormal --set clients.speed.sigma=1 --set clients.speed.jitter=0.3
+            --set clients.availability.kind=probability --set clients.availability.probability=0.5
+            --set clients.availability.slot_s=2 --set clients.availability.drop_on_leave=true --set cohort.deadline_s=1.5)
+    same_on_executors_and_workers c 20 "${common[@]}"
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -o "$WORK/shown.h5" "${common[@]}" --set rounds=10
+    grep -q "clock: speed lognormal" "$WORK/stdout" || fail "no clock line: $(cat "$WORK/stdout")"
+    grep -q "time/simulated_s" "$WORK/stdout" || fail "no simulated time in the progress: $(cat "$WORK/stdout")"
+    "$PYTHON" - "$WORK/c1.h5" <<'PY' || fail "the clock's log"
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1])
+m = f["metrics"]
+now, took = m["time/simulated_s"][()], m["time/round_simulated_s"][()]
+assert np.allclose(np.cumsum(took), now, rtol=0, atol=1e-5) and np.all(took > 0), (now, took)
+selected, late, lost = m["clock/selected"][()], m["clock/late"][()], m["clock/lost"][()]
+ids, seconds = f["clients/id"][()], f["clients/simulated_s"][()]
+kept = (ids >= 0).sum(1)
+assert np.array_equal(kept, selected - late - lost), (kept, selected, late, lost)
+assert late.sum() > 0 and lost.sum() > 0 and np.all(selected == 10), (selected, late, lost)
+assert np.all(seconds[ids >= 0] <= 1.5) and np.all(seconds[ids >= 0] > 0)
+# A round that dropped someone ends at the deadline; one that kept everyone with its slowest.
+for r in range(len(took)):
+    mine = seconds[r][ids[r] >= 0]
+    if late[r] > 0:
+        assert abs(took[r] - 1.5) < 1e-6, (r, took[r])
+    elif lost[r] == 0:
+        assert abs(took[r] - (max(mine) if selected[r] > 0 else 60)) < 1e-6, (r, took[r], mine)
+assert "deadline 1.5 s" in f["env"].attrs["clock"]
+PY
+    # Plotted against the simulated time; a run without a clock has none.
+    run_expect 0 "" -- "$FAX_RUN" plot "$WORK/c1.h5" --x time --metric train/loss -o "$WORK/time.svg"
+    "$PYTHON" - "$WORK/time.svg" <<'PY' || fail "the chart against simulated time"
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+axes = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text") if (t.get("class") or "").startswith("axis-label")]
+assert axes == ["simulated time (s)", "train/loss"], axes
+lines = root.findall(".//{http://www.w3.org/2000/svg}polyline")
+assert len(lines) == 1 and len(lines[0].get("points").split()) == 20
+PY
+    # The simulated time at which a metric first reaches a value, as a table column.
+    run_expect 0 "" -- "$FAX_RUN" table "$WORK/c1.h5" --metric "time/simulated_s@eval/accuracy>=0.1" \
+      --metric "round@train/loss<=0.5"
+    "$PYTHON" - "$WORK/c1.h5" "$WORK/stdout" <<'PY' || fail "time to accuracy: $(cat "$WORK/stdout")"
+import sys, h5py, numpy as np
+m = h5py.File(sys.argv[1])["metrics"]
+acc, now, loss = m["eval/accuracy"][()], m["time/simulated_s"][()], m["train/loss"][()]
+first = np.flatnonzero(acc >= 0.1)[0]
+reached = np.flatnonzero(loss <= 0.5)
+cells = [c.strip() for c in open(sys.argv[2]).read().splitlines()[2].strip("|").split("|")]
+assert cells[2] == f"{now[first]:.4g}", (cells, now[first])
+assert cells[3] == (f"{reached[0] + 1}" if len(reached) else "-"), cells
+PY
+    run_expect 2 "table column 'round@eval/accuracy>=x'" -- "$FAX_RUN" table "$WORK/c1.h5" --metric "round@eval/accuracy>=x"
+    # A clock that drops nobody trains the cohorts of a run without one: the same parameters.
+    # With constant speeds and top-k, a client's simulated seconds are latency + download + local
+    # examples x s_per_example + the bits it sent / upload rate (fmnist iid: 100 examples, B = 20).
+    fm=(--set rounds=3 --set data.partition=iid --set algorithm.batch_size=20 --set logging.per_client=true
+        --set logging.eval_every=0 --set aggregation.stages=top_k --set aggregation.top_k.fraction=0.01)
+    run_expect 0 "" -- "$FAX_RUN" run "$FAX_SOURCE_DIR/experiments/fmnist_fedavg.yaml" -q -o "$WORK/plain.h5" "${fm[@]}"
+    run_expect 0 "" -- "$FAX_RUN" run "$FAX_SOURCE_DIR/experiments/fmnist_fedavg.yaml" -q -o "$WORK/timed.h5" "${fm[@]}" \
+      --set clients.speed.distribution=constant --set clients.speed.s_per_example=0.01
+    "$PYTHON" - "$WORK/plain.h5" "$WORK/timed.h5" <<'PY' || fail "the constant clock"
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+for n in a["checkpoints/3/params"]:
+    assert a["checkpoints/3/params"][n][()].tobytes() == b["checkpoints/3/params"][n][()].tobytes(), n
+params = sum(b["checkpoints/3/params"][n].size for n in b["checkpoints/3/params"])
+sent = b["clients/bits_sent"][()]
+assert np.all(sent == np.ceil(0.01 * params) * (32 + np.ceil(np.log2(params)))), sent
+expect = 0.05 + params * 32 / 2e7 + 100 * 0.01 + sent / 5e6
+assert np.allclose(b["clients/simulated_s"][()], expect, rtol=0, atol=1e-6), (b["clients/simulated_s"][()], expect)
+assert np.allclose(b["metrics/time/round_simulated_s"][()], expect.max(1), rtol=0, atol=1e-6)
+PY
+    # Device and availability traces (experiments/traces): at time 0 only rows 0, 2 and 3 of the
+    # diurnal trace are available; a client's seconds follow its device row. A changed trace is
+    # another run: its resume is refused.
+    cp "$FAX_SOURCE_DIR"/experiments/traces/*.csv "$WORK/"
+    traced=(--set rounds=4 --set logging.per_client=true --set logging.checkpoint_every=2 --set clients.speed.distribution=trace
+            --set clients.network.distribution=trace --set clients.availability.kind=trace
+            --set clients.trace.device="$WORK/device.csv" --set clients.trace.availability="$WORK/availability.csv")
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/traced.h5" "${traced[@]}"
+    "$PYTHON" - "$WORK/traced.h5" <<'PY' || fail "the traced run"
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1])
+ids, seconds = f["clients/id"][()], f["clients/simulated_s"][()]
+assert set(ids[0] % 6) <= {0, 2, 3} and (ids[0] >= 0).all(), ids[0]
+device = [(0.004, 5e7, 2e7), (0.006, 3e7, 1e7), (0.009, 2e7, 5e6), (0.012, 1.5e7, 5e6), (0.018, 1e7, 3e6),
+          (0.025, 6e6, 2e6), (0.040, 3e6, 1e6), (0.080, 1.5e6, 5e5)]
+assert "device trace" in f["env"].attrs["identity"] and "availability trace" in f["env"].attrs["clock"]
+# Every client's seconds: latency + bits / rates + examples x its row's s_per_example, the
+# examples a multiple of B = 10: the compute part, rounded to microseconds, divides by 10 x s.
+bits = 32 * sum(f["checkpoints/4/params"][n].size for n in f["checkpoints/4/params"])
+for c, s in zip(ids[0], seconds[0]):
+    speed, down, up = device[c % 8]
+    compute = s - 0.05 - bits / down - bits / up
+    steps = compute / (10 * speed)
+    assert compute > 0 and abs(steps - round(steps)) < 1e-3, (c, s, compute, steps)
+PY
+    sed -i 's/^7,0.080/7,0.090/' "$WORK/device.csv"
+    run_expect 2 "traced.h5: the experiment resolves differently than when the run started" -- \
+      "$FAX_RUN" resume "$WORK/traced.h5" -q
+    # Settings the clock needs, without it; a trace that is not there: one line, exit 2.
+    run_expect 2 "cohort.deadline_s needs the simulated clock" -- "$FAX_RUN" run "$experiment" -o "$WORK/x.h5" \
+      --set cohort.deadline_s=3
+    run_expect 2 "missing.csv: cannot open device trace" -- "$FAX_RUN" run "$experiment" -o "$WORK/x.h5" \
+      --set clients.speed.distribution=trace --set clients.trace.device="$WORK/missing.csv"
+    [[ ! -e "$WORK/x.h5" ]] || fail "a refused run wrote a log"
+    run_expect 2 "plain.h5: --x time needs the metric time/simulated_s" -- "$FAX_RUN" plot "$WORK/plain.h5" --x time \
+      -o "$WORK/x.svg"
     ;;
   aggregation)
     # The pipeline as a YAML list: clip, then Gaussian noise. 1 and 2 executors give the same bits,
@@ -1045,7 +1169,7 @@ PY
     ;;
   experiments_check)
     # The short experiments (under a minute each) reproduce the results they carry (expect:).
-    for name in synthetic_fedsgd synthetic_fedavg fmnist_fedavg; do
+    for name in synthetic_fedsgd synthetic_fedavg fmnist_fedavg fmnist_sync_deadline; do
       run_expect 0 "" -- "$FAX_RUN" run "$FAX_SOURCE_DIR/experiments/$name.yaml" --check -o "$WORK/$name.h5"
       grep -q "^check: eval/accuracy at round [0-9]*: .*: ok$" "$WORK/stdout" || fail "$name: no check line: $(cat "$WORK/stdout")"
     done
@@ -1068,7 +1192,7 @@ for line, name in zip(lines[2:], ["synthetic_fedsgd", "fmnist_fedavg"]):
                          f"{loss[np.isfinite(loss)][-3:].mean():.4g}", "-"], (cells, name)
     assert cells[6] == (f"{seconds:.1f} s" if seconds < 60 else cells[6]), (cells, seconds)
 PY
-    run_expect 2 "table column 'eval/accuracy@lastx': expected METRIC, METRIC@ROUND or METRIC@lastK" -- \
+    run_expect 2 "table column 'eval/accuracy@lastx': expected METRIC, METRIC@ROUND, METRIC@lastK or METRIC@OTHER>=X" -- \
       "$FAX_RUN" table "$WORK/fmnist_fedavg.h5" --metric eval/accuracy@lastx
     run_expect 2 "fmnist_fedavg\.h5: --rows, --cols, --where and --scale are for a sweep" -- \
       "$FAX_RUN" table "$WORK/fmnist_fedavg.h5" --rows data

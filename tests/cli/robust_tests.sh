@@ -335,6 +335,9 @@ PY
     # dp_fedavg keeps its adaptive C as its own state (Algorithm::check_state).
     run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/dp.h5" "${settings[@]}" --set algorithm.name=dp_fedavg \
       --set algorithm.adaptive_clipping=true --set algorithm.count_noise=1
+    # The simulated clock's time (clock/now_us) travels with the state.
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/clock.h5" "${settings[@]}" \
+      --set clients.speed.distribution=lognormal --set cohort.deadline_s=2
     "$PYTHON" - "$WORK" <<'PY'
 import os, shutil, sys, h5py, numpy as np
 work = sys.argv[1]
@@ -373,7 +376,19 @@ def rep_dp(f, v):
     del f["extra/clip/norm"]
     f["extra/clip/norm"] = v
 dp = {"dpclip": lambda f: rep_dp(f, 0.0)}
-for base, edits in (("good", variants), ("feedback", feedback), ("dp", dp)):
+def rep_now(f, v):
+    del f["clock/now_us"]
+    f["clock/now_us"] = v
+clock = {
+    "clocknegative": lambda f: rep_now(f, np.int64(-5)),
+    "clocktype": lambda f: rep_now(f, 1.5),
+    "clockmissing": lambda f: (f.__delitem__("clock/now_us"),
+                               leaves(f, [n for n in f.attrs["leaves"].split("\n") if n != "clock/now_us"])),
+}
+# A clock's time in the checkpoint of a run without one.
+noclock = {"clockextra": lambda f: (f.create_dataset("clock/now_us", data=np.int64(7)),
+                                    leaves(f, f.attrs["leaves"].split("\n") + ["clock/now_us"]))}
+for base, edits in (("good", variants), ("feedback", feedback), ("dp", dp), ("clock", clock), ("good", noclock)):
   for name, change in edits.items():
     os.makedirs(f"{work}/{name}")
     shutil.copy(f"{work}/{base}.h5", f"{work}/{name}/run.h5")
@@ -396,7 +411,11 @@ PY
                    rows:"client_states/aggregation/error/w has Float rows of shape \[3\]; parameter w is a Float of shape \[[0-9, ]+\]" \
                    rowtype:"client_states/aggregation/error/w has Double rows of shape \[[0-9, ]+\]; parameter w is a Float" \
                    ids:"client_states/id holds ids outside the population's 0\.\.[0-9]+" twice:"client_states/id names a client twice" \
-                   dpclip:"dp_fedavg's adaptive clip norm \(extra/clip/norm\) is 0; it must be finite and positive"; do
+                   dpclip:"dp_fedavg's adaptive clip norm \(extra/clip/norm\) is 0; it must be finite and positive" \
+                   clocknegative:"clock/now_us is negative" \
+                   clocktype:"clock/now_us is a Double tensor of shape \[\]; this experiment keeps a Long of shape \[\]" \
+                   clockmissing:"the state lacks clock/now_us, which this experiment keeps" \
+                   clockextra:"the checkpoint holds a simulated time \(clock/\) but this experiment has no simulated clock"; do
       name=${variant%%:*}
       before=$(digest_run "$WORK/$name/run.h5")
       run_expect 2 "^fax-run: .*$name/run\.h5: the checkpoint of round 6: .*${variant#*:}" -- \

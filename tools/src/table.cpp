@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -31,13 +32,21 @@ std::string label(const std::vector<Override>& overrides, const std::string& pre
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
-// A column of runs_table: "name", "name@round" or "name@lastK", then an optional "%".
+// A column of runs_table: "name", "name@round", "name@lastK" or "name@other>=x" (or <=), then an
+// optional "%".
 struct Column {
   std::string metric;
   int64_t round = 0;  // > 0: the value at this round
   int64_t last = 1;   // else the mean of the last `last` finite values
+  std::string reach;  // else, when set: the value at the first round where `reach` >= (<=) `target`
+  bool at_least = true;
+  double target = 0;
   bool percent = false;
 };
+
+constexpr const char* kColumnForms =
+    "expected METRIC, METRIC@ROUND, METRIC@lastK or METRIC@OTHER>=X (at the first round where OTHER >= X; or <=), "
+    "with an optional % (e.g. eval/accuracy@last4%, time/simulated_s@eval/accuracy>=0.8)";
 
 Column parse_column(const std::string& text) {
   Column c;
@@ -51,14 +60,25 @@ Column parse_column(const std::string& text) {
   const auto positive = [&](const std::string& digits) {
     FAX_CHECK(!digits.empty() && digits.size() < 10 && std::all_of(digits.begin(), digits.end(), ::isdigit) &&
                   std::stoll(digits) > 0,
-              "table column '{}': expected METRIC, METRIC@ROUND or METRIC@lastK, with an optional % (e.g. "
-              "eval/accuracy@last4%)", text);
+              "table column '{}': {}", text, kColumnForms);
     return std::stoll(digits);
   };
   if (at != std::string::npos) {
     const std::string when = spec.substr(at + 1);
-    if (when.rfind("last", 0) == 0) c.last = positive(when.substr(4));
-    else c.round = positive(when);
+    const size_t op = std::min(when.find(">="), when.find("<="));
+    if (op != std::string::npos) {
+      c.reach = when.substr(0, op);
+      c.at_least = when[op] == '>';
+      const std::string x = when.substr(op + 2);
+      char* end = nullptr;
+      c.target = std::strtod(x.c_str(), &end);
+      FAX_CHECK(!c.reach.empty() && !x.empty() && end == x.c_str() + x.size() && std::isfinite(c.target),
+                "table column '{}': {}", text, kColumnForms);
+    } else if (when.rfind("last", 0) == 0) {
+      c.last = positive(when.substr(4));
+    } else {
+      c.round = positive(when);
+    }
   }
   FAX_CHECK(!c.metric.empty(), "table column '{}': names no metric", text);
   return c;
@@ -67,7 +87,17 @@ Column parse_column(const std::string& text) {
 double column_value(const RunLogReader& log, const std::vector<int64_t>& rounds, const Column& c) {
   const double none = std::numeric_limits<double>::quiet_NaN();
   if (!log.has("/metrics/" + c.metric)) return none;
-  const std::vector<double> values = log.metric(c.metric);
+  // The round numbers are a column too (round@eval/accuracy>=0.8: the round that reached it).
+  const std::vector<double> values =
+      c.metric == "round" ? std::vector<double>(rounds.begin(), rounds.end()) : log.metric(c.metric);
+  if (!c.reach.empty()) {
+    if (!log.has("/metrics/" + c.reach)) return none;
+    const std::vector<double> reach = log.metric(c.reach);
+    for (size_t i = 0; i < reach.size() && i < values.size(); ++i) {
+      if (c.at_least ? reach[i] >= c.target : reach[i] <= c.target) return values[i];
+    }
+    return none;
+  }
   if (c.round == 0) return mean_of_last(values, c.last);
   const auto it = std::find(rounds.begin(), rounds.end(), c.round);
   return it == rounds.end() ? none : values[static_cast<size_t>(it - rounds.begin())];

@@ -6,6 +6,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <utility>
 
@@ -64,6 +65,11 @@ struct Aggregation::Stage {
     return bound;
   }
   virtual std::string unbounded() const { return ""; }
+  // A compressor: the bits one client sends for an update whose leaves hold `sizes` values of
+  // `value_bits` each (the same for every client and round).
+  virtual std::optional<int64_t> sent_bits(const std::vector<int64_t>& /*sizes*/, int64_t /*value_bits*/) const {
+    return std::nullopt;
+  }
 };
 
 namespace {
@@ -219,21 +225,22 @@ struct Compressor : Aggregation::Stage {
       residual = round.states.gather(round.chunk, zeros);
       flat = flat + flatten_rows(residual, at::kDouble);
     }
+    std::vector<int64_t> sizes;
+    for (const auto& [name, t] : rows) sizes.push_back(c10::multiply_integers(t.sizes().slice(1)));
     const int64_t value_bits = static_cast<int64_t>(rows.begin()->second.element_size()) * 8;
-    at::Tensor bits = at::zeros({flat.size(0)}, at::kDouble);
-    const at::Tensor sent = compress(flat, rows, round.chunk, value_bits, bits);
+    const at::Tensor sent = compress(flat, rows, round.chunk);
     if (error_feedback) {
       // A dropped client sent nothing: its residual stays.
       const at::Tensor kept = round.kept.to(at::kBool).view({-1, 1});
       const at::Tensor left = at::where(kept, flat - sent, flatten_rows(residual, at::kDouble));
       round.states.scatter(round.chunk, unflatten_rows(left, residual));
     }
-    round.stats.set("aggregation/bits_sent", bits);
+    round.stats.set("aggregation/bits_sent",
+                    at::full({flat.size(0)}, static_cast<double>(*sent_bits(sizes, value_bits)), at::kDouble));
     return unflatten_rows(sent, rows);
   }
-  // flat [k, P] (double; `like`: the leaves) -> what is sent [k, P]; the bits of each row into `bits`.
-  virtual at::Tensor compress(const at::Tensor& flat, const TensorTree& like, const ClientChunk& chunk,
-                              int64_t value_bits, at::Tensor& bits) const = 0;
+  // flat [k, P] (double; `like`: the leaves) -> what is sent [k, P].
+  virtual at::Tensor compress(const at::Tensor& flat, const TensorTree& like, const ClientChunk& chunk) const = 0;
 
   // A generator per client and round, so a client's draws do not depend on its chunk.
   static at::Generator generator(const ClientChunk& chunk, int64_t i) {
@@ -265,8 +272,14 @@ struct Quantize final : Compressor {
   }
   explicit Quantize(QuantizeOptions o) : Compressor(o.error_feedback), o(o) {}
 
-  at::Tensor compress(const at::Tensor& flat, const TensorTree& like, const ClientChunk& chunk, int64_t value_bits,
-                      at::Tensor& bits) const override {
+  // Each tensor: b bits per value, and its minimum and maximum.
+  std::optional<int64_t> sent_bits(const std::vector<int64_t>& sizes, int64_t value_bits) const override {
+    int64_t bits = 0;
+    for (int64_t size : sizes) bits += size * o.bits + 2 * value_bits;
+    return bits;
+  }
+
+  at::Tensor compress(const at::Tensor& flat, const TensorTree& like, const ClientChunk& chunk) const override {
     const int64_t k = flat.size(0);
     at::Tensor uniform;
     if (o.stochastic) {
@@ -289,7 +302,6 @@ struct Quantize final : Compressor {
       const at::Tensor v = (x - lo) / step;
       const at::Tensor q = (o.stochastic ? (v + uniform.narrow(1, offset, size)).floor() : v.round()).clamp(0, levels);
       parts.push_back(lo + q * step);
-      bits += static_cast<double>(size * o.bits + 2 * value_bits);
       offset += size;
     }
     return at::cat(parts, 1);
@@ -334,10 +346,19 @@ struct Sparsify final : Compressor {
     return Compressor::unbounded();
   }
 
-  at::Tensor compress(const at::Tensor& flat, const TensorTree&, const ClientChunk& chunk, int64_t value_bits,
-                      at::Tensor& bits) const override {
+  // k values, with their indices unless drawn from the shared seed.
+  std::optional<int64_t> sent_bits(const std::vector<int64_t>& sizes, int64_t value_bits) const override {
+    const int64_t p = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
+    const int64_t index_bits = Random ? 0 : static_cast<int64_t>(std::ceil(std::log2(static_cast<double>(p))));
+    return kept_values(p) * (value_bits + index_bits);
+  }
+  int64_t kept_values(int64_t p) const {
+    return std::min(p, static_cast<int64_t>(std::ceil(o.fraction * static_cast<double>(p))));
+  }
+
+  at::Tensor compress(const at::Tensor& flat, const TensorTree&, const ClientChunk& chunk) const override {
     const int64_t k = flat.size(0), p = flat.size(1);
-    const auto kept = std::min(p, static_cast<int64_t>(std::ceil(o.fraction * static_cast<double>(p))));
+    const int64_t kept = kept_values(p);
     at::Tensor index;
     if constexpr (Random) {
       std::vector<at::Tensor> rows;
@@ -350,8 +371,6 @@ struct Sparsify final : Compressor {
       index = std::get<1>(flat.abs().topk(kept, 1));
     }
     const double factor = Random && !error_feedback ? static_cast<double>(p) / static_cast<double>(kept) : 1.0;
-    const int64_t index_bits = Random ? 0 : static_cast<int64_t>(std::ceil(std::log2(static_cast<double>(p))));
-    bits.fill_(static_cast<double>(kept * (value_bits + index_bits)));
     return at::zeros_like(flat).scatter(1, index, flat.gather(1, index) * factor);
   }
 
@@ -768,6 +787,23 @@ bool Aggregation::adds_noise() const {
 
 bool Aggregation::gathers() const { return std::find(roles_.begin(), roles_.end(), kAggregator) != roles_.end(); }
 
+// What travels is b bits per value, whatever a compressor made of the values before.
+int64_t Aggregation::secure_bits(int64_t values) const { return values * secure_->options().bits; }
+
+int64_t Aggregation::upload_bits(const TensorTree& params) const {
+  const int64_t values = params.numel();
+  if (secure_ != nullptr) return secure_bits(values);
+  const int64_t value_bits = params.empty() ? 0 : static_cast<int64_t>(params.begin()->second.element_size()) * 8;
+  std::vector<int64_t> sizes;
+  for (const auto& [name, t] : params) sizes.push_back(t.numel());
+  for (const auto& stage : stages_) {
+    if (const auto bits = stage->sent_bits(sizes, value_bits)) return *bits;
+  }
+  int64_t bits = 0;
+  for (const auto& [name, t] : params) bits += t.numel() * static_cast<int64_t>(t.element_size()) * 8;
+  return bits;
+}
+
 std::string Aggregation::describe() const { return names_.empty() ? "mean" : fmt::format("{}", fmt::join(names_, ", ")); }
 
 std::string Aggregation::error_state(const std::string& param) { return kErrorState + param; }
@@ -821,9 +857,8 @@ TensorTree Aggregation::send(const ClientChunk& chunk, const TensorTree& weighte
     for (const auto& [name, t] : weighted) out.set(kPlain + name, t);
   }
   stats.set("aggregation/secure_clipped", clipped);
-  // What travels is b bits per value, whatever a compressor made of the values before.
   const int64_t values = chunk.size > 0 ? weighted.numel() / chunk.size : 0;
-  stats.set("aggregation/bits_sent", at::full({chunk.size}, static_cast<double>(values * secure_->options().bits), at::kDouble));
+  stats.set("aggregation/bits_sent", at::full({chunk.size}, static_cast<double>(secure_bits(values)), at::kDouble));
   return out;
 }
 

@@ -55,6 +55,12 @@ const Settings<ClientTrainingOptions>& client_training_settings() {
   return table;
 }
 
+int64_t local_examples(const ClientTraining& training, int64_t examples) {
+  if (examples == 0) return 0;
+  const int64_t batch = training.batch_size == 0 ? examples : std::min(training.batch_size, examples);
+  return training.epochs * ((examples + batch - 1) / batch) * batch;
+}
+
 ClientTraining client_training(const ClientTrainingOptions& options) {
   ClientTraining t;
   t.epochs = options.local_epochs;

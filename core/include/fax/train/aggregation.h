@@ -79,6 +79,9 @@ class Aggregation {
   /// The stages, for messages: "clip, gaussian".
   std::string describe() const;
 
+  /// The bits one client uploads for an update shaped like `params`: what the compression stage
+  /// or secure_sum sends (as aggregation/bits_sent logs it), else the values at their width.
+  int64_t upload_bits(const TensorTree& params) const;
   /// Whether the updates are summed by secure_sum (on its fixed-point grid).
   bool secure() const { return secure_ != nullptr; }
   /// Whether derivatives through the pipeline are its own (compression has none).
@@ -125,6 +128,8 @@ class Aggregation {
   struct ClientRound;
 
  private:
+  int64_t secure_bits(int64_t values) const;
+
   std::vector<std::shared_ptr<const Stage>> stages_;
   std::vector<std::string> roles_, names_;  // per stage
   const SecureSum* secure_ = nullptr;  // the sum stage's, in stages_

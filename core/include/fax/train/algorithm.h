@@ -86,6 +86,11 @@ class Algorithm {
   /// Any other algorithm's state stays as it is in a round without clients.
   virtual bool adds_noise() const { return false; }
 
+  /// The examples a client holding `examples` computes on in one round, counting every slot of
+  /// every local step (steps x batch): the simulated clock's compute time is this times the
+  /// client's seconds per example. Default: one pass over its data (FedSGD's full-batch gradient).
+  virtual int64_t local_examples(int64_t examples) const { return examples; }
+
   /// Refuses, naming `where` (a run log's checkpoint), a state `round` cannot use although its
   /// leaves, shapes and dtypes are those init() made (a resume checks those first): a clip norm
   /// that is not positive, a learned rate that is not finite. `extra` keeps the leaves, shapes and

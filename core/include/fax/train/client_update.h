@@ -30,6 +30,10 @@ struct ClientTraining {
       after;
 };
 
+/// Algorithm::local_examples of an algorithm whose clients train this way: epochs x
+/// ceil(n / B) steps of min(B, n) slots (B 0: the whole data set, one step an epoch).
+int64_t local_examples(const ClientTraining& training, int64_t examples);
+
 struct ClientUpdates {
   Clients<TensorTree> deltas;  ///< start - trained, one row per client
   Clients<at::Tensor> losses;  ///< mean training loss over the examples each client saw

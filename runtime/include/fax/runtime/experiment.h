@@ -1,12 +1,15 @@
 #pragma once
 
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include <fax/base/cohort.h>
 #include <fax/base/config.h>
 #include <fax/io/run_log.h>
 #include <fax/nn/model.h>
+#include <fax/runtime/clock.h>
 #include <fax/runtime/coordinator.h>
 #include <fax/spmd/mesh.h>
 #include <fax/train/algorithm.h>
@@ -32,6 +35,11 @@ Sampling sampling(const Config& config);
 /// Poisson sampling each client with probability size / population (ids ascending; any number).
 Cohort sample_cohort(const FederatedDataset& data, int64_t size, uint64_t seed, int64_t round,
                      Sampling sampling = Sampling::uniform);
+/// The draw behind sample_cohort: the whole population permuted (uniform: the cohort is its first
+/// `size`; the simulated clock dispatches the first available ones), or the Poisson draw.
+std::vector<int64_t> draw_clients(int64_t population, int64_t size, uint64_t seed, int64_t round, Sampling sampling);
+/// `ids` weighted by their training example counts.
+Cohort weighted_cohort(const FederatedDataset& data, std::vector<int64_t> ids);
 
 /// What the progress callback gets after every round.
 struct RoundReport {
@@ -57,10 +65,13 @@ struct ResumePoint {
   int64_t round = 0;
   ServerState state;
   TensorTree client_states;  ///< as ClientStates::stacked() wrote it
+  TensorTree clock;          ///< the simulated clock's: now_us (empty without a clock)
 };
 
-/// The checkpoint tree of a run: params/..., extra/..., client_states/... (what a resume needs).
-TensorTree checkpoint_tree(const ServerState& state, const ClientStates& clients);
+/// The checkpoint tree of a run: params/..., extra/..., client_states/..., and with a simulated
+/// clock clock/now_us, the simulated time after the round (what a resume needs).
+TensorTree checkpoint_tree(const ServerState& state, const ClientStates& clients,
+                           std::optional<SimTime> now = std::nullopt);
 ResumePoint resume_point(int64_t round, const TensorTree& checkpoint);
 
 /// Runs an experiment: `rounds` rounds of `algorithm` on `data` with `model`, over the mesh the
@@ -109,6 +120,8 @@ class Experiment {
   /// local threads, or with a coordinator its workers when the run starts).
   const MeshOptions& mesh_options() const { return mesh_options_; }
   ClientStates& client_states() { return client_states_; }
+  /// The simulated clock the config asks for (read on first use, with its trace files), or null.
+  const SimulatedClock* clock() const;
 
  private:
   // check_resume against `fresh`, the state init() made.
@@ -116,6 +129,9 @@ class Experiment {
   Server<TensorTree> program(Program& p, TaskKind kind, const TensorTree& input);
   TensorTree run_task(TaskKind kind, RoundInfo info, const Cohort& cohort, int64_t logical_shards,
                       const TensorTree& input);
+  // Round `round` on the clock, starting at `start`, for a model of `down_bits` whose clients
+  // upload `up_bits`.
+  SyncRound clock_round(int64_t round, SimTime start, int64_t down_bits, int64_t up_bits) const;
 
   const Config& config_;
   Algorithm& algorithm_;
@@ -127,6 +143,7 @@ class Experiment {
   ClientStates client_states_;
   Aggregation aggregation_;
   Sampling sampling_;
+  mutable std::optional<std::unique_ptr<SimulatedClock>> clock_;  // built by clock()
 };
 
 }  // namespace fax
