@@ -191,7 +191,7 @@ int execute(const ExperimentSetup& setup, const std::string& source, const std::
   FAX_CHECK(data->test().size() > 0, "{}: {} has no test examples to evaluate on", config.origin("data.name").str(),
             data->describe());
   auto algorithm = setup.plugin->create();
-  const std::string identity = experiment_identity(setup, *data, *model);
+  const std::string identity = run_identity(setup, *data, *model);
   // A resume checks the log and its last checkpoint before anything starts or is written.
   std::optional<ResumePoint> point;
   int64_t after = 0;
@@ -208,7 +208,8 @@ int execute(const ExperimentSetup& setup, const std::string& source, const std::
     Experiment(config, *algorithm, *model, *data).check_resume(*point,
                                                                fmt::format("{}: the checkpoint of round {}", output, after));
   const StopSignals signals;
-  const std::unique_ptr<Coordinator> coordinator = start_coordinator(remote, config, identity, quiet);
+  const std::unique_ptr<Coordinator> coordinator =
+      start_coordinator(remote, config, experiment_identity(setup, *data, *model), quiet);
   Experiment experiment(config, *algorithm, *model, *data, coordinator.get());
 
   std::optional<RunLog> log;

@@ -80,11 +80,14 @@ std::string experiment_identity(const ExperimentSetup& setup, const FederatedDat
   const auto from = [](const auto& plugin) {
     return plugin ? fmt::format(" from plugin {}", file_fingerprint(plugin->path)) : std::string();
   };
+  return fmt::format("algorithm {} {}, data {}{}, model {}{}", setup.plugin->name, file_fingerprint(setup.plugin->path),
+                     data.describe(), from(setup.dataset_plugin), model.describe(), from(setup.model_plugin));
+}
+
+std::string run_identity(const ExperimentSetup& setup, const FederatedDataset& data, const Model& model) {
   // The simulated clock's traces are inputs like the data: a changed trace is another timeline.
   const auto clock = SimulatedClock::from_config(setup.config);
-  return fmt::format("algorithm {} {}, data {}{}, model {}{}{}", setup.plugin->name, file_fingerprint(setup.plugin->path),
-                     data.describe(), from(setup.dataset_plugin), model.describe(), from(setup.model_plugin),
-                     clock ? ", clock " + clock->describe() : "");
+  return experiment_identity(setup, data, model) + (clock ? ", clock " + clock->describe() : "");
 }
 
 }  // namespace fax::cli

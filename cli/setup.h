@@ -32,6 +32,9 @@ ExperimentSetup resolve_experiment(Config config, const PluginLoader& loader);
 /// data set and the model as they describe themselves (model and data set plugins with their
 /// files' hashes).
 std::string experiment_identity(const ExperimentSetup& setup, const FederatedDataset& data, const Model& model);
+/// What a run log records and a resume compares: experiment_identity and the simulated clock's
+/// settings and trace files (which the coordinator alone reads: workers never see the clock).
+std::string run_identity(const ExperimentSetup& setup, const FederatedDataset& data, const Model& model);
 /// The experiment file at `path` with its --set overrides, resolved.
 ExperimentSetup load_experiment(const std::string& path, const std::vector<std::string>& overrides,
                                 const PluginLoader& loader);

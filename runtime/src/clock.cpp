@@ -13,6 +13,8 @@
 namespace fax {
 namespace {
 
+// Durations, deadlines and slots: at most about 30 years, so sums of many stay far from overflow.
+constexpr double kMaxSeconds = 1e9;
 // Domains of the clock's draws (mixed into the seed), apart from every stream of training.
 constexpr uint64_t kSpeedDomain = 0x5eed'c10c'0001ull;
 constexpr uint64_t kNetworkDomain = 0x5eed'c10c'0002ull;
@@ -20,7 +22,8 @@ constexpr uint64_t kJitterDomain = 0x5eed'c10c'0003ull;
 constexpr uint64_t kAvailabilityDomain = 0x5eed'c10c'0004ull;
 // A trace file is read whole; 1 GiB holds tens of millions of rows.
 constexpr size_t kMaxTraceBytes = size_t{1} << 30;
-// drop_on_leave looks this many probability slots ahead before calling a client's stay unbounded.
+// drop_on_leave looks at most this many probability slots ahead: a client available in that many
+// slots in a row (probability p^(2^20)) is taken to stay.
 constexpr int64_t kMaxSlotsAhead = 1 << 20;
 
 // Uniform in (0, 1) from a 64-bit hash.
@@ -162,23 +165,24 @@ std::vector<ConfigKey> clock_schema() {
                             {"none", "constant", "lognormal", "trace"}));
   keys.push_back(positive_float_key("clients.speed.s_per_example",
                                     "0.005", "compute seconds per example slot of a local step (lognormal: the median)"));
-  keys.push_back(float_key("clients.speed.sigma", "0.5", "lognormal: sigma of log(s_per_example) across clients", 0));
+  keys.push_back(float_key("clients.speed.sigma", "0.5", "lognormal: sigma of log(s_per_example) across clients", 0, 5));
   keys.push_back(float_key("clients.speed.jitter", "0",
-                           "sigma of a lognormal factor on each client's compute time, drawn anew every round", 0));
+                           "sigma of a lognormal factor on each client's compute time, drawn anew every round", 0, 5));
   keys.push_back(string_key("clients.network.distribution", "constant",
                             "constant, lognormal (one factor per client on both bandwidths) or trace (clients.trace.device)",
                             {"constant", "lognormal", "trace"}));
   keys.push_back(positive_float_key("clients.network.down_bps", "2e7", "download bandwidth, bits/s (lognormal: median)"));
   keys.push_back(positive_float_key("clients.network.up_bps", "5e6", "upload bandwidth, bits/s (lognormal: median)"));
-  keys.push_back(float_key("clients.network.sigma", "0.5", "lognormal: sigma of log(bandwidth) across clients", 0));
-  keys.push_back(float_key("clients.network.latency_s", "0.05", "seconds added to every client's round", 0));
+  keys.push_back(float_key("clients.network.sigma", "0.5", "lognormal: sigma of log(bandwidth) across clients", 0, 5));
+  keys.push_back(float_key("clients.network.latency_s", "0.05", "seconds added to every client's round", 0, kMaxSeconds));
   keys.push_back(string_key("clients.availability.kind", "always",
                             "always; probability (each client available in each slot_s with that probability, from "
                             "the seed); trace (clients.trace.availability)",
                             {"always", "probability", "trace"}));
   keys.push_back(float_key("clients.availability.probability", "0.8", "probability: the chance a client is available in a slot",
                            0, 1, /*min_exclusive=*/true));
-  keys.push_back(positive_float_key("clients.availability.slot_s", "3600", "probability: seconds per availability slot"));
+  keys.push_back(float_key("clients.availability.slot_s", "3600", "probability: seconds per availability slot", 0,
+                           kMaxSeconds, /*min_exclusive=*/true));
   keys.push_back(bool_key("clients.availability.drop_on_leave", "false",
                           "a client that becomes unavailable before it finishes is lost to the round"));
   keys.push_back(string_key("clients.trace.device", "",
@@ -186,11 +190,12 @@ std::vector<ConfigKey> clock_schema() {
   keys.push_back(string_key("clients.trace.availability", "",
                             "CSV client,period_s,intervals; intervals 'begin-end;...' seconds within each period"));
   keys.push_back(float_key("cohort.deadline_s", "0",
-                           "simulated seconds a round waits; later clients are dropped and counted (0: wait for all)", 0));
+                           "simulated seconds a round waits; later clients are dropped and counted (0: wait for all)", 0,
+                           kMaxSeconds));
   keys.push_back(float_key("cohort.over_selection", "0",
                            "dispatch ceil(size (1 + this)) clients and keep the first cohort.size to finish", 0, 10));
-  keys.push_back(positive_float_key("cohort.retry_s", "60",
-                                    "simulated seconds a round lasts when no client is available"));
+  keys.push_back(float_key("cohort.retry_s", "60", "simulated seconds a round lasts when no client is available", 0,
+                           kMaxSeconds, /*min_exclusive=*/true));
   return keys;
 }
 
@@ -200,7 +205,8 @@ SimulatedClock::SimulatedClock(Options options, uint64_t seed, std::vector<Clien
       seed_(seed),
       device_(std::move(device_trace)),
       availability_(std::move(availability_trace)),
-      traces_(std::move(describe_traces)) {
+      traces_(std::move(describe_traces)),
+      slot_(std::max<SimTime>(1, to_sim_time(o_.slot_s))) {
   FAX_CHECK((o_.speed == "trace" || o_.network == "trace") == !device_.empty(),
             "the simulated clock has a device trace exactly when speed or network come from one");
   FAX_CHECK((o_.availability == "trace") == !availability_.empty(),
@@ -288,23 +294,35 @@ SimTime SimulatedClock::duration(int64_t client, int64_t round, int64_t examples
   const ClientSystem s = system(client);
   const double compute = static_cast<double>(examples) * s.s_per_example *
                          lognormal(o_.jitter, seed_ ^ kJitterDomain, round, client);
-  return to_sim_time(s.latency_s + static_cast<double>(down_bits) / s.down_bps + compute +
-                     static_cast<double>(up_bits) / s.up_bps);
+  const double seconds =
+      s.latency_s + static_cast<double>(down_bits) / s.down_bps + compute + static_cast<double>(up_bits) / s.up_bps;
+  FAX_CHECK(seconds <= kMaxSeconds, "round {}: client {} would take {:g} simulated seconds (over 1e9: its "
+            "clients.speed / clients.network settings or trace row are out of any realistic range)", round + 1, client,
+            seconds);
+  return to_sim_time(seconds);
 }
 
-SimTime SimulatedClock::available_until(int64_t client, SimTime t) const {
-  if (o_.availability == "always") return kForever;
+bool SimulatedClock::slot_up(int64_t client, int64_t slot) const {
+  return uniform(client_stream_seed(seed_ ^ kAvailabilityDomain, slot, client)) < o_.probability;
+}
+
+bool SimulatedClock::available(int64_t client, SimTime t) const {
+  if (o_.availability == "always") return true;
+  if (o_.availability == "probability") return slot_up(client, t / slot_);
+  return available_until(client, t, t + 1) > t;
+}
+
+SimTime SimulatedClock::available_until(int64_t client, SimTime t, SimTime limit) const {
+  if (o_.availability == "always") return limit;
   if (o_.availability == "probability") {
-    const SimTime slot = std::max<SimTime>(1, to_sim_time(o_.slot_s));
-    const auto up = [&](int64_t s) {
-      return uniform(client_stream_seed(seed_ ^ kAvailabilityDomain, s, client)) < o_.probability;
-    };
-    int64_t s = t / slot;
-    if (!up(s)) return t;
+    int64_t s = t / slot_;
+    if (!slot_up(client, s)) return t;
     for (int64_t ahead = 0; ahead < kMaxSlotsAhead; ++ahead) {
-      if (!up(++s)) return s * slot;
+      const SimTime next = (s + 1) * slot_;
+      if (next >= limit) return limit;
+      if (!slot_up(client, ++s)) return next;
     }
-    return kForever;
+    return limit;
   }
   const AvailabilityPattern& p = availability_[static_cast<size_t>(client) % availability_.size()];
   const SimTime base = t - t % p.period, phase = t % p.period;
@@ -315,10 +333,10 @@ SimTime SimulatedClock::available_until(int64_t client, SimTime t) const {
   const SimTime end = std::prev(it)->second;
   // An interval running to the period's end continues into the next period's first one.
   if (end == p.period && p.intervals.front().first == 0) {
-    if (p.intervals.size() == 1) return kForever;
-    return base + p.period + p.intervals.front().second;
+    if (p.intervals.size() == 1) return limit;
+    return std::min(limit, base + p.period + p.intervals.front().second);
   }
-  return base + end;
+  return std::min(limit, base + end);
 }
 
 SyncRound SimulatedClock::sync_round(const std::vector<int64_t>& candidates, int64_t dispatch, int64_t keep,
@@ -337,8 +355,8 @@ SyncRound SimulatedClock::sync_round(const std::vector<int64_t>& candidates, int
     if (!available(client, start)) continue;
     ++round.selected;
     const SimTime took = duration(client);
-    const SimTime leaves = o_.drop_on_leave ? available_until(client, start) : kForever;
-    const SimTime left = leaves == kForever ? kForever : leaves - start;
+    // When it leaves, if before it finishes (looked up to its finish only).
+    const SimTime left = o_.drop_on_leave ? available_until(client, start, start + took) - start : took;
     const SimTime ended = std::min(took, left);
     last_end = std::max(last_end, ended);
     if (ended > deadline) {

@@ -403,6 +403,7 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
     SyncRound timed;
     if (clock != nullptr) {
       timed = clock_round(r, now, down_bits, up_bits);
+      FAX_CHECK(now <= kForever - timed.length, "round {}: the simulated time passes 292,000 years", r + 1);
       metrics.emplace_back("clock/selected", static_cast<double>(timed.selected));
       metrics.emplace_back("clock/late", static_cast<double>(timed.late));
       metrics.emplace_back("clock/lost", static_cast<double>(timed.lost));

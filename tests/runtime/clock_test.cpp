@@ -128,6 +128,7 @@ TEST(Clock, ProbabilityAvailabilityHoldsForASlot) {
   for (int64_t c = 0; c < 10000; ++c) {
     const SimTime t = 25 * kS;  // slot 2
     const SimTime until = clock.available_until(c, t);
+    EXPECT_EQ(until > t, clock.available(c, t));
     if (until == t) continue;
     ++up;
     // Available to the end of a slot, unavailable from there.
@@ -136,6 +137,8 @@ TEST(Clock, ProbabilityAvailabilityHoldsForASlot) {
     EXPECT_TRUE(clock.available(c, until - 1));
     EXPECT_FALSE(clock.available(c, until));
     EXPECT_TRUE(clock.available(c, 20 * kS));  // the same slot
+    // Looked up to a limit only.
+    EXPECT_EQ(clock.available_until(c, t, 29 * kS), 29 * kS);
   }
   EXPECT_NEAR(static_cast<double>(up) / 10000, 0.3, 4 * std::sqrt(0.3 * 0.7 / 10000));
 }
@@ -148,6 +151,9 @@ TEST(Clock, TraceAvailabilityRepeatsEveryPeriodAndWraps) {
   EXPECT_EQ(clock.available_until(0, 50 * kS), 50 * kS);
   EXPECT_EQ(clock.available_until(0, 30 * kS), 30 * kS);  // an interval's end is not in it
   EXPECT_EQ(clock.available_until(0, 95 * kS), 105 * kS);  // into the next period's [0, 5)
+  EXPECT_EQ(clock.available_until(0, 95 * kS, 100 * kS), 100 * kS);
+  EXPECT_TRUE(clock.available(0, 295 * kS));
+  EXPECT_FALSE(clock.available(0, 250 * kS));
   const SimulatedClock always = toy({}, {AvailabilityPattern{100 * kS, {{0, 100 * kS}}}});
   EXPECT_EQ(always.available_until(2, 12345 * kS), kForever);
   const SimulatedClock never = toy({}, {AvailabilityPattern{100 * kS, {}}});

@@ -94,10 +94,11 @@ class SimulatedClock {
   /// uploading `up_bits`: latency + down_bits / down_bps + examples x s_per_example (x the round's
   /// jitter) + up_bits / up_bps.
   SimTime duration(int64_t client, int64_t round, int64_t examples, int64_t down_bits, int64_t up_bits) const;
-  /// The first time >= t at which `client` is unavailable: t itself when it is unavailable at t,
-  /// kForever when it never leaves.
-  SimTime available_until(int64_t client, SimTime t) const;
-  bool available(int64_t client, SimTime t) const { return available_until(client, t) > t; }
+  /// Whether `client` is available at time t.
+  bool available(int64_t client, SimTime t) const;
+  /// The first time in [t, limit) at which `client` is unavailable (t itself when it is at t), or
+  /// `limit` when it stays.
+  SimTime available_until(int64_t client, SimTime t, SimTime limit = kForever) const;
 
   /// A synchronous round of round number `round` starting at `start`: dispatches the first
   /// `dispatch` candidates available at `start` (in the candidates' order), drops those that leave
@@ -115,6 +116,9 @@ class SimulatedClock {
   std::vector<ClientSystem> device_;
   std::vector<AvailabilityPattern> availability_;
   std::string traces_;
+  SimTime slot_;  // probability availability's slot
+
+  bool slot_up(int64_t client, int64_t slot) const;
 };
 
 }  // namespace fax
