@@ -83,7 +83,7 @@ echo
 echo "## Simulated time"
 table fmnist_sync_deadline.wait_for_all.h5 fmnist_sync_deadline.h5 fmnist_sync_deadline.over_selection.h5 \
   --metric eval/accuracy% --metric "round@eval/accuracy>=0.8" --metric "time/simulated_s@eval/accuracy>=0.8" \
-  --metric time/simulated_s --metric time/round_simulated_s@last300 --metric clock/late@last300
+  --metric time/simulated_s --metric time/round_simulated_s@last300 --metric clock/late@last300 --metric clock/unused@last300
 "$fax_run" plot fmnist_sync_deadline.wait_for_all.h5 fmnist_sync_deadline.h5 fmnist_sync_deadline.over_selection.h5 \
   --x time -o fmnist_sync_time.svg --title "FedAvg on the simulated clock: test accuracy" > /dev/null || status=2
 

@@ -15,6 +15,8 @@ namespace {
 
 // Durations, deadlines and slots: at most about 30 years, so sums of many stay far from overflow.
 constexpr double kMaxSeconds = 1e9;
+// A device trace's values (seconds per example, bits per second): anything outside is a typo.
+constexpr double kMinTraceValue = 1e-12, kMaxTraceValue = 1e12;
 // Domains of the clock's draws (mixed into the seed), apart from every stream of training.
 constexpr uint64_t kSpeedDomain = 0x5eed'c10c'0001ull;
 constexpr uint64_t kNetworkDomain = 0x5eed'c10c'0002ull;
@@ -79,9 +81,10 @@ std::vector<std::pair<int, std::vector<std::string_view>>> csv_rows(const std::s
     auto parts = split(row, ',');
     FAX_CHECK(parts.size() == fields, "{}:{}: {} fields; a row has {} ({})", path, line, parts.size(), fields, header);
     const std::string where = fmt::format("{}:{}", path, line);
-    const double client = parse_number(parts[0], where, "client");
-    FAX_CHECK(client == static_cast<double>(rows.size()),
-              "{}: client {} where client {} was expected (rows count 0, 1, 2, ... in order)", where, parts[0],
+    int64_t client = -1;
+    const auto [end, ec] = std::from_chars(parts[0].data(), parts[0].data() + parts[0].size(), client);
+    FAX_CHECK(ec == std::errc() && end == parts[0].data() + parts[0].size() && client == static_cast<int64_t>(rows.size()),
+              "{}: client '{}' where client {} was expected (rows count 0, 1, 2, ... in order)", where, parts[0],
               rows.size());
     rows.emplace_back(line, std::move(parts));
   }
@@ -116,8 +119,9 @@ std::vector<ClientSystem> read_device_trace(const std::string& path, std::string
     s.s_per_example = parse_number(f[1], where, "s_per_example");
     s.down_bps = parse_number(f[2], where, "down_bps");
     s.up_bps = parse_number(f[3], where, "up_bps");
-    FAX_CHECK(s.s_per_example > 0 && s.down_bps > 0 && s.up_bps > 0, "{}: s_per_example, down_bps and up_bps must be > 0",
-              where);
+    for (const double v : {s.s_per_example, s.down_bps, s.up_bps})
+      FAX_CHECK(v >= kMinTraceValue && v <= kMaxTraceValue, "{}: s_per_example, down_bps and up_bps must be in [{:g}, {:g}]",
+                where, kMinTraceValue, kMaxTraceValue);
     systems.push_back(s);
   }
   return systems;
@@ -135,19 +139,23 @@ std::vector<AvailabilityPattern> read_availability_trace(const std::string& path
     FAX_CHECK(p.period > 0, "{}: period_s {} is shorter than a microsecond", where, period_s);
     if (!f[2].empty()) {
       for (std::string_view interval : split(f[2], ';')) {
-        const auto ends = split(interval, '-');
-        FAX_CHECK(ends.size() == 2, "{}: interval '{}' is not begin-end (seconds)", where, interval);
-        const double begin = parse_number(ends[0], where, "interval begin");
-        const double end = parse_number(ends[1], where, "interval end");
+        // The dash between the numbers: not a leading sign, nor an exponent's (1e-5-50).
+        size_t dash = interval.find('-', 1);
+        while (dash != std::string_view::npos && (interval[dash - 1] == 'e' || interval[dash - 1] == 'E'))
+          dash = interval.find('-', dash + 1);
+        FAX_CHECK(dash != std::string_view::npos, "{}: interval '{}' is not begin-end (seconds)", where, interval);
+        const double begin = parse_number(interval.substr(0, dash), where, "interval begin");
+        const double end = parse_number(interval.substr(dash + 1), where, "interval end");
         FAX_CHECK(0 <= begin && begin < end && end <= period_s, "{}: interval '{}' is not within [0, {}] with begin < end",
                   where, interval, period_s);
         const SimTime b = to_sim_time(begin), e = std::min(to_sim_time(end), p.period);
+        FAX_CHECK(b < e, "{}: interval '{}' is shorter than a microsecond (the clock's unit)", where, interval);
         FAX_CHECK(p.intervals.empty() || b >= p.intervals.back().second,
                   "{}: interval '{}' overlaps or precedes the one before it (intervals are sorted and disjoint)", where,
                   interval);
         if (!p.intervals.empty() && b == p.intervals.back().second) {
           p.intervals.back().second = e;
-        } else if (b < e) {
+        } else {
           p.intervals.emplace_back(b, e);
         }
       }
@@ -216,16 +224,20 @@ SimulatedClock::SimulatedClock(Options options, uint64_t seed, std::vector<Clien
 std::unique_ptr<SimulatedClock> SimulatedClock::from_config(const Config& config) {
   const std::string speed = config.get_string("clients.speed.distribution");
   if (speed == "none") {
-    // Checked by value, not by origin: a resumed run's config has every key written out.
-    const auto refuse_unless = [&](const char* key, bool unset) {
-      FAX_CHECK(unset, "{}: {} needs the simulated clock; set clients.speed.distribution", config.origin(key).str(), key);
-    };
-    refuse_unless("clients.network.distribution", config.get_string("clients.network.distribution") == "constant");
-    refuse_unless("clients.availability.kind", config.get_string("clients.availability.kind") == "always");
-    refuse_unless("clients.trace.device", config.get_string("clients.trace.device").empty());
-    refuse_unless("clients.trace.availability", config.get_string("clients.trace.availability").empty());
-    refuse_unless("cohort.deadline_s", config.get_float("cohort.deadline_s") == 0);
-    refuse_unless("cohort.over_selection", config.get_float("cohort.over_selection") == 0);
+    // A clock setting away from its default would be ignored: refused. Compared by value, not by
+    // origin, since a resumed run's config has every key written out.
+    Schema schema;
+    for (ConfigKey& key : clock_schema()) schema.add(std::move(key));
+    Config defaults = Config::from_written({});
+    defaults.resolve(schema);
+    for (const ConfigKey& key : schema.keys()) {
+      const std::string& k = key.name;
+      const bool same = key.type == KeyType::Float  ? config.get_float(k) == defaults.get_float(k)
+                        : key.type == KeyType::Bool ? config.get_bool(k) == defaults.get_bool(k)
+                        : key.type == KeyType::Int  ? config.get_int(k) == defaults.get_int(k)
+                                                    : config.get_string(k) == defaults.get_string(k);
+      FAX_CHECK(same, "{}: {} needs the simulated clock; set clients.speed.distribution", config.origin(k).str(), k);
+    }
     return nullptr;
   }
   Options o;
@@ -245,21 +257,32 @@ std::unique_ptr<SimulatedClock> SimulatedClock::from_config(const Config& config
   o.deadline_s = config.get_float("cohort.deadline_s");
   o.over_selection = config.get_float("cohort.over_selection");
   o.retry_s = config.get_float("cohort.retry_s");
+  for (const char* key : {"cohort.deadline_s", "cohort.retry_s", "clients.availability.slot_s"}) {
+    const double seconds = config.get_float(key);
+    FAX_CHECK(seconds == 0 || to_sim_time(seconds) > 0, "{}: {} ({} s) is shorter than a microsecond, the clock's unit",
+              config.origin(key).str(), key, seconds);
+  }
   FAX_CHECK(o.over_selection == 0 || config.get_string("cohort.sampling") == "uniform",
             "{}: cohort.over_selection needs cohort.sampling uniform (a Poisson cohort has no size to keep)",
             config.origin("cohort.over_selection").str());
 
   // A trace file is read when something asks for it, and refused when nothing does.
-  const auto trace = [&](const char* key, bool wanted, const char* why) {
+  // `asker`: the setting that asks for the trace (for the message when it is missing), if any.
+  const auto trace = [&](const char* key, const char* asker, const char* why) {
     const std::string path = config.get_string(key);
-    FAX_CHECK(wanted || path.empty(), "{}: {} is set but {}", config.origin(key).str(), key, why);
-    FAX_CHECK(!wanted || !path.empty(), "{}: set {} (a CSV file)", config.origin(key).str(), key);
+    FAX_CHECK(asker != nullptr || path.empty(), "{}: {} is set but {}", config.origin(key).str(), key, why);
+    FAX_CHECK(asker == nullptr || !path.empty(), "{}: {} is trace: set {} (a CSV file)", config.origin(asker).str(),
+              asker, key);
     return path;
   };
-  const std::string device_path = trace("clients.trace.device", o.speed == "trace" || o.network == "trace",
+  const char* device_asker = o.speed == "trace"     ? "clients.speed.distribution"
+                             : o.network == "trace" ? "clients.network.distribution"
+                                                    : nullptr;
+  const std::string device_path = trace("clients.trace.device", device_asker,
                                         "neither clients.speed.distribution nor clients.network.distribution is trace");
   const std::string availability_path =
-      trace("clients.trace.availability", o.availability == "trace", "clients.availability.kind is not trace");
+      trace("clients.trace.availability", o.availability == "trace" ? "clients.availability.kind" : nullptr,
+            "clients.availability.kind is not trace");
   std::string traces;
   std::vector<ClientSystem> device;
   std::vector<AvailabilityPattern> availability;
@@ -374,7 +397,7 @@ SyncRound SimulatedClock::sync_round(const std::vector<int64_t>& candidates, int
   // The first `keep` to finish count; the server closes when the last of them reports.
   std::stable_sort(on_time.begin(), on_time.end(), [](const Done& a, const Done& b) { return a.at < b.at; });
   if (static_cast<int64_t>(on_time.size()) > keep) {
-    round.late += static_cast<int64_t>(on_time.size()) - keep;
+    round.unused = static_cast<int64_t>(on_time.size()) - keep;
     on_time.resize(static_cast<size_t>(keep));
     round.length = on_time.back().at;
   } else if (static_cast<int64_t>(on_time.size()) == keep && keep > 0) {

@@ -258,6 +258,8 @@ TensorTree Experiment::serve(Program& p, TaskKind kind, const TensorTree& input)
 
 namespace {
 constexpr const char* kNowUs = "now_us";
+// A resumed simulated time leaves room for the rounds to come (2^62 us: 146,000 years).
+constexpr SimTime kMaxResumedTime = SimTime{1} << 62;
 }  // namespace
 
 TensorTree checkpoint_tree(const ServerState& state, const ClientStates& clients, std::optional<SimTime> now) {
@@ -353,7 +355,8 @@ void Experiment::check_resume(const ResumePoint& resume, const ServerState& fres
     TensorTree expected;
     expected.set(kNowUs, at::scalar_tensor(0, at::kLong));
     check_like(resume.clock, expected, "clock/", where);
-    FAX_CHECK(resume.clock.at(kNowUs).item<int64_t>() >= 0, "{}: clock/now_us is negative", where);
+    const int64_t now = resume.clock.at(kNowUs).item<int64_t>();
+    FAX_CHECK(now >= 0 && now <= kMaxResumedTime, "{}: clock/now_us ({}) is not in [0, {}]", where, now, kMaxResumedTime);
   } else {
     FAX_CHECK(resume.clock.empty(), "{}: the checkpoint holds a simulated time (clock/) but this experiment has no "
               "simulated clock (clients.speed.distribution none)", where);
@@ -407,6 +410,7 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
       metrics.emplace_back("clock/selected", static_cast<double>(timed.selected));
       metrics.emplace_back("clock/late", static_cast<double>(timed.late));
       metrics.emplace_back("clock/lost", static_cast<double>(timed.lost));
+      metrics.emplace_back("clock/unused", static_cast<double>(timed.unused));
     }
     const Cohort cohort =
         clock != nullptr ? weighted_cohort(data_, timed.clients) : sample_cohort(data_, cohort_size, seed, r, sampling_);

@@ -142,7 +142,7 @@ assert np.allclose(np.cumsum(took), now, rtol=0, atol=1e-5) and np.all(took > 0)
 selected, late, lost = m["clock/selected"][()], m["clock/late"][()], m["clock/lost"][()]
 ids, seconds = f["clients/id"][()], f["clients/simulated_s"][()]
 kept = (ids >= 0).sum(1)
-assert np.array_equal(kept, selected - late - lost), (kept, selected, late, lost)
+assert np.array_equal(kept, selected - late - lost - m["clock/unused"][()]), (kept, selected, late, lost)
 assert late.sum() > 0 and lost.sum() > 0 and np.all(selected == 10), (selected, late, lost)
 assert np.all(seconds[ids >= 0] <= 1.5) and np.all(seconds[ids >= 0] > 0)
 # A round that dropped someone ends at the deadline; one that kept everyone with its slowest.
@@ -178,6 +178,13 @@ assert cells[2] == f"{now[first]:.4g}", (cells, now[first])
 assert cells[3] == (f"{reached[0] + 1}" if len(reached) else "-"), cells
 PY
     run_expect 2 "table column 'round@eval/accuracy>=x'" -- "$FAX_RUN" table "$WORK/c1.h5" --metric "round@eval/accuracy>=x"
+    run_expect 0 "" -- "$FAX_RUN" table "$WORK/c1.h5" --metric "time/simulated_s@round>=10"
+    "$PYTHON" - "$WORK/c1.h5" "$WORK/stdout" <<'PY' || fail "time at round 10: $(cat "$WORK/stdout")"
+import sys, h5py
+now = h5py.File(sys.argv[1])["metrics/time/simulated_s"][()]
+cells = [c.strip() for c in open(sys.argv[2]).read().splitlines()[2].strip("|").split("|")]
+assert cells[2] == f"{now[9]:.4g}", (cells, now[9])
+PY
     # A clock that drops nobody trains the cohorts of a run without one: the same parameters.
     # With constant speeds and top-k, a client's simulated seconds are latency + download + local
     # examples x s_per_example + the bits it sent / upload rate (fmnist iid: 100 examples, B = 20).

@@ -381,6 +381,7 @@ def rep_now(f, v):
     f["clock/now_us"] = v
 clock = {
     "clocknegative": lambda f: rep_now(f, np.int64(-5)),
+    "clockhuge": lambda f: rep_now(f, np.int64(2**63 - 808)),
     "clocktype": lambda f: rep_now(f, 1.5),
     "clockmissing": lambda f: (f.__delitem__("clock/now_us"),
                                leaves(f, [n for n in f.attrs["leaves"].split("\n") if n != "clock/now_us"])),
@@ -412,7 +413,8 @@ PY
                    rowtype:"client_states/aggregation/error/w has Double rows of shape \[[0-9, ]+\]; parameter w is a Float" \
                    ids:"client_states/id holds ids outside the population's 0\.\.[0-9]+" twice:"client_states/id names a client twice" \
                    dpclip:"dp_fedavg's adaptive clip norm \(extra/clip/norm\) is 0; it must be finite and positive" \
-                   clocknegative:"clock/now_us is negative" \
+                   clocknegative:"clock/now_us \(-5\) is not in \[0, 4611686018427387904\]" \
+                   clockhuge:"clock/now_us \(9223372036854775000\) is not in \[0, 4611686018427387904\]" \
                    clocktype:"clock/now_us is a Double tensor of shape \[\]; this experiment keeps a Long of shape \[\]" \
                    clockmissing:"the state lacks clock/now_us, which this experiment keeps" \
                    clockextra:"the checkpoint holds a simulated time \(clock/\) but this experiment has no simulated clock"; do

@@ -59,13 +59,23 @@ TEST(Clock, OverSelectionKeepsTheFirstFinishersInDispatchOrder) {
   const SyncRound r = toy_round(toy(), 4, 2);
   EXPECT_EQ(r.clients, (std::vector<int64_t>{0, 2}));
   EXPECT_EQ(r.durations, (std::vector<SimTime>{3 * kS, 2 * kS}));
-  EXPECT_EQ(r.late, 2);
+  EXPECT_EQ(r.unused, 2);
+  EXPECT_EQ(r.late, 0);
   EXPECT_EQ(r.length, 3 * kS);
   // Dispatching 3 of the 4: client 3 is never asked.
   const SyncRound three = toy_round(toy(), 3, 2);
   EXPECT_EQ(three.selected, 3);
   EXPECT_EQ(three.clients, (std::vector<int64_t>{0, 2}));
-  EXPECT_EQ(three.late, 1);
+  EXPECT_EQ(three.unused, 1);
+  // With a deadline as well: client 0 (3 s) is late at 2.5 s, so 2 of the 2 wanted are not there;
+  // the round waits for the deadline.
+  SimulatedClock::Options o;
+  o.deadline_s = 2.5;
+  const SyncRound both = toy_round(toy(o), 4, 2);
+  EXPECT_EQ(both.clients, (std::vector<int64_t>{2}));
+  EXPECT_EQ(both.late, 3);
+  EXPECT_EQ(both.unused, 0);
+  EXPECT_EQ(both.length, 2 * kS + kS / 2);
 }
 
 TEST(Clock, FinishTiesGoToTheEarlierDispatch) {
@@ -244,9 +254,12 @@ TEST_F(ClockTraces, RefusesMalformedFilesNamingTheLine) {
   EXPECT_EQ(device_error(h + "0,1,2\n"), d + ":2: 3 fields; a row has 4 (client,s_per_example,down_bps,up_bps)");
   EXPECT_EQ(device_error(h + "0,fast,2,3\n"), d + ":2: s_per_example 'fast' is not a finite number");
   EXPECT_EQ(device_error(h + "0,nan,2,3\n"), d + ":2: s_per_example 'nan' is not a finite number");
-  EXPECT_EQ(device_error(h + "0,0,2,3\n"), d + ":2: s_per_example, down_bps and up_bps must be > 0");
+  EXPECT_EQ(device_error(h + "0,0,2,3\n"), d + ":2: s_per_example, down_bps and up_bps must be in [1e-12, 1e+12]");
+  EXPECT_EQ(device_error(h + "0,1,1e300,3\n"), d + ":2: s_per_example, down_bps and up_bps must be in [1e-12, 1e+12]");
+  EXPECT_EQ(device_error(h + "0.0,1,2,3\n"),
+            d + ":2: client '0.0' where client 0 was expected (rows count 0, 1, 2, ... in order)");
   EXPECT_EQ(device_error(h + "0,1,2,3\n2,1,2,3\n"),
-            d + ":3: client 2 where client 1 was expected (rows count 0, 1, 2, ... in order)");
+            d + ":3: client '2' where client 1 was expected (rows count 0, 1, 2, ... in order)");
   const auto availability_error = [&](const std::string& row) {
     return test::error_of([&] { read_availability_trace(write("a.csv", "client,period_s,intervals\n" + row)); });
   };
@@ -257,6 +270,11 @@ TEST_F(ClockTraces, RefusesMalformedFilesNamingTheLine) {
   EXPECT_EQ(availability_error("0,100,10-30;20-40\n"),
             a + ":2: interval '20-40' overlaps or precedes the one before it (intervals are sorted and disjoint)");
   EXPECT_EQ(availability_error("0,100,10\n"), a + ":2: interval '10' is not begin-end (seconds)");
+  EXPECT_EQ(availability_error("0,100,0.0000001-0.0000002\n"),
+            a + ":2: interval '0.0000001-0.0000002' is shorter than a microsecond (the clock's unit)");
+  // An exponent's sign is not the dash.
+  EXPECT_EQ(read_availability_trace(write("e.csv", "client,period_s,intervals\n0,100,1e-5-5e1\n"))[0].intervals,
+            (std::vector<std::pair<SimTime, SimTime>>{{10, 50 * kS}}));
   EXPECT_NE(test::error_of([&] { read_device_trace((dir / "missing.csv").string()); }).find("missing.csv"),
             std::string::npos);
   EXPECT_EQ(test::error_of([&] { read_device_trace(dir.string()); }),
@@ -277,7 +295,12 @@ TEST_F(ClockTraces, TheConfigTurnsTheClockOnAndRefusesSettingsWithoutIt) {
             "e.yaml:3:19: clients.trace.device is set but neither clients.speed.distribution nor "
             "clients.network.distribution is trace");
   EXPECT_EQ(test::error_of([&] { clock_of("clients:\n  speed: {distribution: trace}\n"); }),
-            "default of clients.trace.device: set clients.trace.device (a CSV file)");
+            "e.yaml:2:25: clients.speed.distribution is trace: set clients.trace.device (a CSV file)");
+  // Any clock setting without the clock would be ignored: refused.
+  EXPECT_EQ(test::error_of([&] { clock_of("clients:\n  availability: {drop_on_leave: true}\n"); }),
+            "e.yaml:2:33: clients.availability.drop_on_leave needs the simulated clock; set clients.speed.distribution");
+  EXPECT_EQ(test::error_of([&] { clock_of("cohort:\n  deadline_s: 1e-7\nclients:\n  speed: {distribution: constant}\n"); }),
+            "e.yaml:2:15: cohort.deadline_s (1e-07 s) is shorter than a microsecond, the clock's unit");
   const auto traced = clock_of("clients:\n  speed: {distribution: trace}\n  trace: {device: " + device + "}\n");
   ASSERT_NE(traced, nullptr);
   EXPECT_EQ(traced->system(7).s_per_example, 0.5);

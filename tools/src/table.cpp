@@ -86,13 +86,15 @@ Column parse_column(const std::string& text) {
 
 double column_value(const RunLogReader& log, const std::vector<int64_t>& rounds, const Column& c) {
   const double none = std::numeric_limits<double>::quiet_NaN();
+  // The round numbers are a metric too (round@eval/accuracy>=0.8: the round that reached it).
+  const auto metric = [&](const std::string& name) {
+    return name == "round" ? std::vector<double>(rounds.begin(), rounds.end()) : log.metric(name);
+  };
   if (!log.has("/metrics/" + c.metric)) return none;
-  // The round numbers are a column too (round@eval/accuracy>=0.8: the round that reached it).
-  const std::vector<double> values =
-      c.metric == "round" ? std::vector<double>(rounds.begin(), rounds.end()) : log.metric(c.metric);
+  const std::vector<double> values = metric(c.metric);
   if (!c.reach.empty()) {
     if (!log.has("/metrics/" + c.reach)) return none;
-    const std::vector<double> reach = log.metric(c.reach);
+    const std::vector<double> reach = metric(c.reach);
     for (size_t i = 0; i < reach.size() && i < values.size(); ++i) {
       if (c.at_least ? reach[i] >= c.target : reach[i] <= c.target) return values[i];
     }

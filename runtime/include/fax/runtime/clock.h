@@ -58,7 +58,8 @@ struct SyncRound {
   std::vector<int64_t> clients;     ///< the clients whose updates count, in dispatch order
   std::vector<SimTime> durations;   ///< theirs
   int64_t selected = 0;             ///< clients dispatched (available when the round started)
-  int64_t late = 0;                 ///< finished after the deadline, or after the first cohort.size
+  int64_t late = 0;                 ///< finished after the deadline
+  int64_t unused = 0;               ///< finished in time, after the first `keep` (over-selection)
   int64_t lost = 0;                 ///< became unavailable before finishing (drop_on_leave)
   SimTime length = 0;               ///< from the round's start until the server closes it
 };
@@ -78,7 +79,7 @@ class SimulatedClock {
     bool drop_on_leave = false;
     double deadline_s = 0;           ///< 0: wait for every client
     double over_selection = 0;       ///< dispatch ceil(size (1 + this)) clients, keep the first size
-    double retry_s = 60;             ///< a round that trains nobody lasts this long (or the deadline)
+    double retry_s = 60;             ///< a round that finds no client available lasts this long
   };
 
   SimulatedClock(Options options, uint64_t seed, std::vector<ClientSystem> device_trace = {},
@@ -103,7 +104,9 @@ class SimulatedClock {
   /// A synchronous round of round number `round` starting at `start`: dispatches the first
   /// `dispatch` candidates available at `start` (in the candidates' order), drops those that leave
   /// before they finish (drop_on_leave) or finish after the deadline, and keeps the first `keep` of
-  /// the rest by finish time (ties: dispatch order). `duration(client)` is the client's duration.
+  /// the rest by finish time (ties: dispatch order). The round ends when `keep` clients have
+  /// finished; short of that, when every dispatched client has finished or left, or at the
+  /// deadline. `duration(client)` is the client's duration.
   SyncRound sync_round(const std::vector<int64_t>& candidates, int64_t dispatch, int64_t keep, SimTime start,
                        const std::function<SimTime(int64_t)>& duration) const;
 
