@@ -10,7 +10,7 @@ CMAKE_FLAGS ?=
 ASAN_BUILD_DIR ?= build-asan
 FUZZ_BUILD_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS = config idx leaf tff_hdf5 frame listener
+FUZZ_TARGETS = config idx leaf tff_hdf5 frame listener trace
 # Sanitizer runtime settings for the test-asan suite (leak reports included).
 SANITIZER_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp:print_suppressions=0 \
@@ -43,7 +43,8 @@ test-asan: deps
 	@cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
 	@$(SANITIZER_ENV) ctest --test-dir $(ASAN_BUILD_DIR) --output-on-failure -j $(JOBS) -LE compile_fail
 
-# libFuzzer (clang) on the config loader, the IDX reader and the TFF-HDF5 reader, FUZZ_SECONDS each,
+# libFuzzer (clang) on the config loader, the file readers (IDX, LEAF, TFF-HDF5, clock traces), the
+# remote frame decoder and listener, FUZZ_SECONDS each,
 # from the seed corpus in tests/fuzz/corpus; new inputs go to $(FUZZ_BUILD_DIR)/corpus.
 fuzz: deps
 	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
