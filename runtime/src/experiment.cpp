@@ -388,9 +388,9 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
   }
   const SimulatedClock* const clock = this->clock();
   SimTime now = clock != nullptr && resume != nullptr ? resume->clock.at(kNowUs).item<int64_t>() : 0;
-  // What a client downloads and uploads, for its simulated duration.
-  int64_t down_bits = 0;
-  for (const auto& [name, t] : result.state.params) down_bits += t.numel() * static_cast<int64_t>(t.element_size()) * 8;
+  // What a client downloads (the parameters at their width: what the plain mean's upload is) and
+  // uploads, for its simulated duration.
+  const int64_t down_bits = Aggregation().upload_bits(result.state.params);
   const int64_t up_bits = aggregation_.upload_bits(result.state.params);
   result.rounds_done = first;
   const auto start = std::chrono::steady_clock::now();
