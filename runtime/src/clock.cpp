@@ -22,6 +22,11 @@ constexpr uint64_t kSpeedDomain = 0x5eed'c10c'0001ull;
 constexpr uint64_t kNetworkDomain = 0x5eed'c10c'0002ull;
 constexpr uint64_t kJitterDomain = 0x5eed'c10c'0003ull;
 constexpr uint64_t kAvailabilityDomain = 0x5eed'c10c'0004ull;
+constexpr uint64_t kDispatchDomain = 0x5eed'c10c'0005ull;
+// An asynchronous refill tries this many candidates before its slot waits for the next event.
+constexpr int64_t kMaxPickAttempts = 64;
+// An asynchronous run waits at most this many retry_s periods for anyone to become available.
+constexpr int64_t kMaxIdleWaits = 1 << 20;
 // A trace file is read whole; 1 GiB holds tens of millions of rows.
 constexpr size_t kMaxTraceBytes = size_t{1} << 30;
 // drop_on_leave looks at most this many probability slots ahead: a client available in that many
@@ -411,6 +416,99 @@ SyncRound SimulatedClock::sync_round(const std::vector<int64_t>& candidates, int
     round.durations.push_back(d.at);
   }
   return round;
+}
+
+AsyncSchedule::AsyncSchedule(const SimulatedClock& clock, Options options, int64_t population, uint64_t seed,
+                             std::function<SimTime(int64_t, int64_t)> duration,
+                             std::function<int64_t(int64_t, int64_t)> pick)
+    : clock_(clock),
+      o_(options),
+      population_(population),
+      seed_(seed),
+      duration_(std::move(duration)),
+      pick_(std::move(pick)) {
+  FAX_CHECK(o_.concurrency >= 1 && o_.buffer >= 1 && o_.concurrency <= population_,
+            "asynchronous training needs 1 <= concurrency ({}) <= population ({}) and a buffer ({}) >= 1",
+            o_.concurrency, population_, o_.buffer);
+  if (!pick_) {
+    pick_ = [this](int64_t dispatch, int64_t attempt) {
+      return static_cast<int64_t>(client_stream_seed(seed_ ^ kDispatchDomain, dispatch, attempt) %
+                                  static_cast<uint64_t>(population_));
+    };
+  }
+  refill();
+}
+
+namespace {
+template <typename Flight>
+bool arrives_later(const Flight& a, const Flight& b) {
+  return a.update.finish != b.update.finish ? a.update.finish > b.update.finish : a.update.dispatch > b.update.dispatch;
+}
+}  // namespace
+
+void AsyncSchedule::refill() {
+  while (static_cast<int64_t>(in_flight_.size()) < o_.concurrency) {
+    int64_t client = -1;
+    for (int64_t attempt = 0; attempt < kMaxPickAttempts && client < 0; ++attempt) {
+      const int64_t c = pick_(dispatches_, attempt);
+      if (busy_.count(c) == 0 && clock_.available(c, now_)) client = c;
+    }
+    if (client < 0) return;  // the slot waits for the next event
+    const SimTime finish = now_ + duration_(client, dispatches_);
+    const SimTime left = clock_.options().drop_on_leave ? clock_.available_until(client, now_, finish) : finish;
+    in_flight_.push_back({{client, dispatches_, version_, 0, std::min(finish, left)}, left < finish});
+    std::push_heap(in_flight_.begin(), in_flight_.end(), arrives_later<Flight>);
+    busy_.insert(client);
+    ++dispatches_;
+  }
+}
+
+AsyncStep AsyncSchedule::next() {
+  AsyncStep step;
+  const SimTime since = now_;
+  double busy_time = 0;  // sum over in-flight clients of their time in flight since `since`
+  for (int64_t idle = 0; static_cast<int64_t>(buffer_.size()) < o_.buffer;) {
+    if (in_flight_.empty()) {
+      FAX_CHECK(++idle < kMaxIdleWaits, "no client became available in {} simulated seconds (cohort.retry_s x {})",
+                to_seconds(idle * to_sim_time(clock_.options().retry_s)), kMaxIdleWaits);
+      now_ += to_sim_time(clock_.options().retry_s);
+      refill();
+      continue;
+    }
+    std::pop_heap(in_flight_.begin(), in_flight_.end(), arrives_later<Flight>);
+    const Flight f = in_flight_.back();
+    in_flight_.pop_back();
+    busy_time += static_cast<double>(in_flight_.size() + 1) * static_cast<double>(f.update.finish - now_);
+    now_ = f.update.finish;
+    const int64_t staleness = version_ - f.update.start_version;
+    if (f.lost || (o_.max_staleness >= 0 && staleness > o_.max_staleness)) {
+      ++(f.lost ? step.lost : step.stale_dropped);
+      busy_.erase(f.update.client);
+    } else {
+      buffer_.push_back(f.update);
+    }
+    if (static_cast<int64_t>(buffer_.size()) < o_.buffer) refill();
+  }
+  for (AsyncUpdate& u : buffer_) {
+    u.staleness = version_ - u.start_version;
+    busy_.erase(u.client);
+  }
+  step.updates = std::move(buffer_);
+  buffer_.clear();
+  step.time = now_;
+  step.concurrency = now_ > since ? busy_time / static_cast<double>(now_ - since) : static_cast<double>(in_flight_.size());
+  ++version_;
+  refill();
+  return step;
+}
+
+std::vector<int64_t> AsyncSchedule::live_versions() const {
+  std::vector<int64_t> versions;
+  for (const Flight& f : in_flight_)
+    if (f.update.start_version < version_) versions.push_back(f.update.start_version);
+  std::sort(versions.begin(), versions.end());
+  versions.erase(std::unique(versions.begin(), versions.end()), versions.end());
+  return versions;
 }
 
 std::string SimulatedClock::describe() const {

@@ -197,6 +197,62 @@ TEST(Clock, UnavailableClientsAreSkippedAndLeaversLost) {
   EXPECT_EQ(nobody.length, 30 * kS);
 }
 
+// The asynchronous toy: clients taking 3, 5, 2 and 4 s, 2 in flight, a buffer of 2,
+// candidates picked in turn (dispatch d tries d, d + 1, ... mod 4). By hand:
+//   t0: dispatch c0 (v0, ends 3), c1 (v0, ends 5)
+//   t3: c0 arrives; dispatch c2 (v0, ends 5)
+//   t5: c1 arrives: step 1 (c0, c1); dispatch c3 (v1, ends 9). c2 arrives; dispatch c0 (v1, ends 8)
+//   t8: c0 arrives: step 2 (c2 staleness 1, c0 0); dispatch c1 (v2, ends 13)
+//   t9: c3 arrives; dispatch c2 (v2, ends 11)
+//   t11: c2 arrives: step 3 (c3 staleness 1, c2 0); dispatch c3 (v3); in flight from v2: c1.
+TEST(Clock, AsynchronousBufferedStepsByHand) {
+  const SimulatedClock clock = toy();
+  AsyncSchedule schedule(clock, {2, 2, -1}, 4, 0, [&](int64_t c, int64_t d) { return clock.duration(c, d, 1, 0, 0); },
+                         [](int64_t dispatch, int64_t attempt) { return (dispatch + attempt) % 4; });
+  std::vector<SimTime> times;
+  std::vector<std::vector<int64_t>> ids, staleness, versions;
+  for (int i = 0; i < 3; ++i) {
+    const AsyncStep step = schedule.next();
+    times.push_back(step.time);
+    ids.emplace_back();
+    staleness.emplace_back();
+    versions.emplace_back();
+    for (const AsyncUpdate& u : step.updates) {
+      ids.back().push_back(u.client);
+      staleness.back().push_back(u.staleness);
+      versions.back().push_back(u.start_version);
+    }
+    if (i == 0) EXPECT_DOUBLE_EQ(step.concurrency, 2.0);
+  }
+  EXPECT_EQ(times, (std::vector<SimTime>{5 * kS, 8 * kS, 11 * kS}));
+  EXPECT_EQ(ids, (std::vector<std::vector<int64_t>>{{0, 1}, {2, 0}, {3, 2}}));
+  EXPECT_EQ(staleness, (std::vector<std::vector<int64_t>>{{0, 0}, {1, 0}, {1, 0}}));
+  EXPECT_EQ(versions, (std::vector<std::vector<int64_t>>{{0, 0}, {0, 1}, {1, 2}}));
+  EXPECT_EQ(schedule.version(), 3);
+  EXPECT_EQ(schedule.live_versions(), (std::vector<int64_t>{2}));
+}
+
+TEST(Clock, AsynchronousStalenessLimitDropsAndTheSeedDecides) {
+  const SimulatedClock clock = toy();
+  const auto duration = [&](int64_t c, int64_t d) { return clock.duration(c, d, 1, 0, 0); };
+  const auto in_turn = [](int64_t dispatch, int64_t attempt) { return (dispatch + attempt) % 4; };
+  // max_staleness 0: c2's update of step 2 (staleness 1) is dropped; the step waits for another.
+  AsyncSchedule strict(clock, {2, 2, 0}, 4, 0, duration, in_turn);
+  strict.next();
+  const AsyncStep second = strict.next();
+  EXPECT_EQ(second.stale_dropped, 1);
+  for (const AsyncUpdate& u : second.updates) EXPECT_EQ(u.staleness, 0);
+  // Drawn from the seed: the same steps for the same seed, others for another.
+  const auto steps = [&](uint64_t seed) {
+    AsyncSchedule s(clock, {2, 1, -1}, 4, seed, duration);
+    std::vector<int64_t> order;
+    for (int i = 0; i < 12; ++i) order.push_back(s.next().updates[0].client);
+    return order;
+  };
+  EXPECT_EQ(steps(1), steps(1));
+  EXPECT_NE(steps(1), steps(2));
+}
+
 TEST(Clock, LocalExamplesCountEveryStepsSlots) {
   ClientTraining t;
   t.epochs = 2;

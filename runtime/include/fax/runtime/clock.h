@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -122,6 +123,74 @@ class SimulatedClock {
   SimTime slot_;  // probability availability's slot
 
   bool slot_up(int64_t client, int64_t slot) const;
+};
+
+/// One update an asynchronous server step uses: who, which dispatch, from which model version.
+struct AsyncUpdate {
+  int64_t client = 0;
+  int64_t dispatch = 0;       ///< the run's dispatch count when it started (0-based)
+  int64_t start_version = 0;  ///< the server steps completed when it started
+  int64_t staleness = 0;      ///< steps completed since then, when the step uses it
+  SimTime finish = 0;
+};
+
+/// A server step of asynchronous buffered aggregation (FedBuff, Nguyen et al. 2022).
+struct AsyncStep {
+  SimTime time = 0;                  ///< when the K-th update arrived
+  std::vector<AsyncUpdate> updates;  ///< the K buffered updates, in arrival order
+  int64_t stale_dropped = 0;         ///< updates dropped since the last step for max_staleness
+  int64_t lost = 0;                  ///< clients that left before finishing since the last step
+  double concurrency = 0;            ///< clients in flight since the last step, time-weighted
+};
+
+/// The timeline of asynchronous training on the clock: `concurrency` clients train at once, each
+/// from the model version current when it starts; arrivals are buffered, and every `buffer` of them
+/// make a server step; a freed slot is refilled at once (after the step, so from the new version)
+/// with a client drawn from the seed's stream among those available and not already in flight or
+/// buffered (so a client is in a step at most once). An update staler than `max_staleness` steps
+/// (>= 0) is dropped. Like sync_round, a pure function of the seed, the settings and the traces:
+/// a resume replays it to the step it continues from.
+class AsyncSchedule {
+ public:
+  struct Options {
+    int64_t concurrency = 1;
+    int64_t buffer = 1;
+    int64_t max_staleness = -1;  ///< < 0: no limit
+  };
+  /// `duration(client, dispatch)`: the client's time for that dispatch. `pick(dispatch, attempt)`:
+  /// a candidate client for a dispatch (default: uniform over the population from the seed).
+  AsyncSchedule(const SimulatedClock& clock, Options options, int64_t population, uint64_t seed,
+                std::function<SimTime(int64_t client, int64_t dispatch)> duration,
+                std::function<int64_t(int64_t dispatch, int64_t attempt)> pick = {});
+
+  /// Runs the timeline to its next server step.
+  AsyncStep next();
+  /// Server steps completed.
+  int64_t version() const { return version_; }
+  SimTime now() const { return now_; }
+  /// The model versions older than version() that a client in flight started from: what a
+  /// checkpoint must keep to continue.
+  std::vector<int64_t> live_versions() const;
+
+ private:
+  void refill();
+
+  const SimulatedClock& clock_;
+  Options o_;
+  int64_t population_;
+  uint64_t seed_;
+  std::function<SimTime(int64_t, int64_t)> duration_;
+  std::function<int64_t(int64_t, int64_t)> pick_;
+  SimTime now_ = 0;
+  int64_t version_ = 0;
+  int64_t dispatches_ = 0;
+  struct Flight {
+    AsyncUpdate update;  // finish: when it arrives, or leaves when `lost`
+    bool lost = false;
+  };
+  std::vector<Flight> in_flight_;     // a heap, earliest (finish, dispatch) first
+  std::vector<AsyncUpdate> buffer_;
+  std::unordered_set<int64_t> busy_;  // clients in flight or buffered
 };
 
 }  // namespace fax
