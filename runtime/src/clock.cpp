@@ -209,6 +209,12 @@ std::vector<ConfigKey> clock_schema() {
                            "dispatch ceil(size (1 + this)) clients and keep the first cohort.size to finish", 0, 10));
   keys.push_back(float_key("cohort.retry_s", "60", "simulated seconds a round lasts when no client is available", 0,
                            kMaxSeconds, /*min_exclusive=*/true));
+  keys.push_back(int_key("cohort.concurrency", "0",
+                         "asynchronous training (fedbuff, fedasync): clients training at once; a server step takes "
+                         "the first cohort.size updates to arrive (0: synchronous rounds)", 0));
+  keys.push_back(int_key("cohort.max_staleness", "-1",
+                         "asynchronous training: an update more than this many server steps old is dropped and "
+                         "counted (-1: none)", -1));
   return keys;
 }
 
@@ -262,6 +268,16 @@ std::unique_ptr<SimulatedClock> SimulatedClock::from_config(const Config& config
   o.deadline_s = config.get_float("cohort.deadline_s");
   o.over_selection = config.get_float("cohort.over_selection");
   o.retry_s = config.get_float("cohort.retry_s");
+  o.concurrency = config.get_int("cohort.concurrency");
+  o.max_staleness = config.get_int("cohort.max_staleness");
+  FAX_CHECK(o.concurrency > 0 || o.max_staleness < 0,
+            "{}: cohort.max_staleness applies to asynchronous training; set cohort.concurrency",
+            config.origin("cohort.max_staleness").str());
+  for (const char* key : {"cohort.deadline_s", "cohort.over_selection"}) {
+    FAX_CHECK(o.concurrency == 0 || config.get_float(key) == 0,
+              "{}: {} applies to synchronous rounds; asynchronous training (cohort.concurrency {}) has none",
+              config.origin(key).str(), key, o.concurrency);
+  }
   for (const char* key : {"cohort.deadline_s", "cohort.retry_s", "clients.availability.slot_s"}) {
     const double seconds = config.get_float(key);
     FAX_CHECK(seconds == 0 || to_sim_time(seconds) > 0, "{}: {} ({} s) is shorter than a microsecond, the clock's unit",
@@ -454,9 +470,11 @@ void AsyncSchedule::refill() {
       if (busy_.count(c) == 0 && clock_.available(c, now_)) client = c;
     }
     if (client < 0) return;  // the slot waits for the next event
-    const SimTime finish = now_ + duration_(client, dispatches_);
+    const SimTime d = duration_(client, dispatches_);
+    FAX_CHECK(now_ <= kForever - d, "dispatch {}: the simulated time passes 292,000 years", dispatches_ + 1);
+    const SimTime finish = now_ + d;
     const SimTime left = clock_.options().drop_on_leave ? clock_.available_until(client, now_, finish) : finish;
-    in_flight_.push_back({{client, dispatches_, version_, 0, std::min(finish, left)}, left < finish});
+    in_flight_.push_back({{client, dispatches_, version_, 0, now_, std::min(finish, left)}, left < finish});
     std::push_heap(in_flight_.begin(), in_flight_.end(), arrives_later<Flight>);
     busy_.insert(client);
     ++dispatches_;
@@ -524,6 +542,8 @@ std::string SimulatedClock::describe() const {
   if (o_.drop_on_leave) s += " (drop on leave)";
   if (o_.deadline_s > 0) s += fmt::format(", deadline {} s", o_.deadline_s);
   if (o_.over_selection > 0) s += fmt::format(", over-selection {}", o_.over_selection);
+  if (o_.concurrency > 0) s += fmt::format(", asynchronous: {} in flight", o_.concurrency);
+  if (o_.max_staleness >= 0) s += fmt::format(", max staleness {}", o_.max_staleness);
   return s + traces_;
 }
 

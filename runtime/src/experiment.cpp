@@ -2,7 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
+#include <numeric>
 #include <thread>
 
 #include <ATen/ATen.h>
@@ -130,13 +133,31 @@ Experiment::Experiment(const Config& config, Algorithm& algorithm, const Model& 
       remote_(remote),
       mesh_options_(fax::mesh_options(config)),
       aggregation_(config, data.num_clients(), static_cast<uint64_t>(config.get_int("seed"))),
-      sampling_(sampling(config)) {
+      sampling_(sampling(config)),
+      asynchronous_(algorithm.asynchronous()) {
   // execution.vectorize 0 leaves the chunk to the model: a whole logical shard for batched models.
   if (mesh_options_.vectorize == 0) mesh_options_.vectorize = model.preferred_chunk();
   // Checked before any round (and before a run log is written).
   FAX_CHECK(config.get_int("cohort.size") <= data.num_clients(),
             "{}: cohort.size ({}) is larger than the population of {}", config.origin("cohort.size").str(),
             config.get_int("cohort.size"), data.describe());
+  const int64_t concurrency = config.get_int("cohort.concurrency");
+  const std::string algorithm_origin = config.origin("algorithm.name").str();
+  if (asynchronous_) {
+    FAX_CHECK(config.get_string("clients.speed.distribution") != "none",
+              "{}: algorithm {} trains asynchronously, on the simulated clock: set clients.speed.distribution and "
+              "cohort.concurrency", algorithm_origin, config.get_string("algorithm.name"));
+    FAX_CHECK(concurrency > 0, "{}: algorithm {} trains asynchronously: set cohort.concurrency, the clients training "
+              "at once", algorithm_origin, config.get_string("algorithm.name"));
+    FAX_CHECK(concurrency <= data.num_clients(), "{}: cohort.concurrency ({}) is larger than the population of {}",
+              config.origin("cohort.concurrency").str(), concurrency, data.describe());
+    FAX_CHECK(sampling_ == Sampling::uniform,
+              "{}: cohort.sampling poisson draws whole rounds; asynchronous training dispatches clients one at a time "
+              "(use uniform)", config.origin("cohort.sampling").str());
+  } else {
+    FAX_CHECK(concurrency == 0, "{}: cohort.concurrency is for asynchronous algorithms (fedbuff, fedasync); {} runs "
+              "synchronous rounds", config.origin("cohort.concurrency").str(), config.get_string("algorithm.name"));
+  }
   if (remote_ != nullptr) {
     mesh_options_.executors = static_cast<int>(std::clamp<int64_t>(remote_->ready_workers(), 1, mesh_options_.logical_shards));
   }
@@ -208,6 +229,11 @@ Server<TensorTree> Experiment::program(Program& p, TaskKind kind, const TensorTr
   RoundContext ctx{p, model_, data_, p.round(), client_states_, nonfinite,
                    config_.get_bool("execution.factor_input_layer"), &aggregation_};
   ctx.drawn_cohort = config_.get_int("cohort.size");
+  AsyncRound async;
+  if (asynchronous_) {
+    async = {unprefixed(input, "async/versions/"), input.at("async/version"), input.at("async/staleness")};
+    ctx.async = &async;
+  }
   RoundMetrics metrics = aggregated_round(algorithm_, state, ctx);
   FAX_CHECK(aggregation_.plain() || ctx.aggregated,
             "{}: algorithm {} combines its clients' updates itself, not through mean_client_update, so the "
@@ -262,21 +288,90 @@ constexpr const char* kNowUs = "now_us";
 constexpr SimTime kMaxResumedTime = SimTime{1} << 62;
 }  // namespace
 
-TensorTree checkpoint_tree(const ServerState& state, const ClientStates& clients, std::optional<SimTime> now) {
+TensorTree checkpoint_tree(const ServerState& state, const ClientStates& clients, std::optional<SimTime> now,
+                           const TensorTree& async) {
   TensorTree clock;
   if (now) clock.set(kNowUs, at::scalar_tensor(*now, at::kLong));
   return join({prefixed(state.params, "params/"), prefixed(state.extra, "extra/"),
-               prefixed(clients.stacked(), "client_states/"), prefixed(clock, "clock/")});
+               prefixed(clients.stacked(), "client_states/"), prefixed(clock, "clock/"), prefixed(async, "async/")});
 }
 
 ResumePoint resume_point(int64_t round, const TensorTree& checkpoint) {
   return {round, {unprefixed(checkpoint, "params/"), unprefixed(checkpoint, "extra/")},
-          unprefixed(checkpoint, "client_states/"), unprefixed(checkpoint, "clock/")};
+          unprefixed(checkpoint, "client_states/"), unprefixed(checkpoint, "clock/"), unprefixed(checkpoint, "async/")};
 }
+
+namespace {
+// Asynchronous training keeps the model versions that clients in flight started from (a step
+// trains its clients lazily, from theirs), keyed by version.
+using Versions = std::map<int64_t, TensorTree>;
+
+std::string version_prefix(int64_t version) { return fmt::format("v{}/", version); }
+
+// The versions older than `current` (the server's own parameters), as a checkpoint keeps them.
+TensorTree versions_tree(const Versions& versions, int64_t current) {
+  std::vector<TensorTree> parts;
+  for (const auto& [v, params] : versions)
+    if (v != current) parts.push_back(prefixed(params, version_prefix(v)));
+  return join(parts);
+}
+
+// The version numbers of a checkpoint's async/ tree (keys v<N>/<param>), refusing other keys.
+std::vector<int64_t> versions_in(const TensorTree& async, const std::string& where) {
+  std::vector<int64_t> versions;
+  for (const auto& [name, t] : async) {
+    const size_t slash = name.find('/');
+    int64_t v = -1;
+    const bool ok = name.size() > 1 && name[0] == 'v' && slash != std::string::npos && slash > 1 && slash < 20 &&
+                    name.find_first_not_of("0123456789", 1) == slash && (v = std::stoll(name.substr(1, slash - 1)), true);
+    FAX_CHECK(ok, "{}: the state has async/{}, which this experiment does not keep", where, name);
+    if (versions.empty() || versions.back() != v) versions.push_back(v);
+  }
+  std::sort(versions.begin(), versions.end());
+  versions.erase(std::unique(versions.begin(), versions.end()), versions.end());
+  return versions;
+}
+
+// An asynchronous step's task input: the distinct versions its clients started from, stacked, and
+// each client's row among them and its staleness.
+TensorTree async_input(const AsyncStep& step, const Versions& versions) {
+  std::vector<int64_t> used;
+  for (const AsyncUpdate& u : step.updates) used.push_back(u.start_version);
+  std::sort(used.begin(), used.end());
+  used.erase(std::unique(used.begin(), used.end()), used.end());
+  TensorTree stacked;
+  for (const auto& [name, t] : versions.at(used.front())) {
+    std::vector<at::Tensor> rows;
+    for (int64_t v : used) rows.push_back(versions.at(v).at(name));
+    stacked.set(name, at::stack(rows));
+  }
+  std::vector<int64_t> row, staleness;
+  for (const AsyncUpdate& u : step.updates) {
+    row.push_back(std::lower_bound(used.begin(), used.end(), u.start_version) - used.begin());
+    staleness.push_back(u.staleness);
+  }
+  TensorTree input = prefixed(stacked, "versions/");
+  input.set("version", at::tensor(row, at::kLong));
+  input.set("staleness", at::tensor(staleness, at::kLong));
+  return input;
+}
+}  // namespace
 
 const SimulatedClock* Experiment::clock() const {
   if (!clock_) clock_ = SimulatedClock::from_config(config_);
   return clock_->get();
+}
+
+std::unique_ptr<AsyncSchedule> Experiment::async_schedule(int64_t steps, int64_t down_bits, int64_t up_bits) const {
+  const SimulatedClock* c = clock();
+  const AsyncSchedule::Options o{c->options().concurrency, config_.get_int("cohort.size"), c->options().max_staleness};
+  auto schedule = std::make_unique<AsyncSchedule>(
+      *c, o, data_.num_clients(), static_cast<uint64_t>(config_.get_int("seed")),
+      [this, c, down_bits, up_bits](int64_t client, int64_t dispatch) {
+        return c->duration(client, dispatch, algorithm_.local_examples(data_.num_examples(client)), down_bits, up_bits);
+      });
+  for (int64_t i = 0; i < steps; ++i) schedule->next();
+  return schedule;
 }
 
 SyncRound Experiment::clock_round(int64_t round, SimTime start, int64_t down_bits, int64_t up_bits) const {
@@ -363,6 +458,23 @@ void Experiment::check_resume(const ResumePoint& resume, const ServerState& fres
   }
   check_like(resume.state.params, fresh.params, "params/", where, /*finite=*/true);
   check_like(resume.state.extra, fresh.extra, "extra/", where);
+  if (asynchronous_) {
+    // The timeline is replayed, never stored: the checkpoint's time and versions must be its.
+    const std::vector<int64_t> kept = versions_in(resume.async, where);
+    const auto schedule = async_schedule(resume.round, Aggregation().upload_bits(fresh.params),
+                                         aggregation_.upload_bits(fresh.params));
+    const int64_t now = resume.clock.at(kNowUs).item<int64_t>();
+    FAX_CHECK(now == schedule->now(), "{}: clock/now_us ({}) is not the simulated time after {} server steps ({}): "
+              "the checkpoint is not this experiment's", where, now, resume.round, schedule->now());
+    const std::vector<int64_t> live = schedule->live_versions();
+    FAX_CHECK(kept == live, "{}: the checkpoint keeps model versions [{}]; the clients in flight after server step {} "
+              "started from [{}]", where, fmt::join(kept, ", "), resume.round, fmt::join(live, ", "));
+    for (int64_t v : kept)
+      check_like(unprefixed(resume.async, version_prefix(v)), fresh.params, "async/" + version_prefix(v), where, true);
+  } else {
+    FAX_CHECK(resume.async.empty(), "{}: the checkpoint holds model versions (async/) of asynchronous training, but "
+              "algorithm {} is synchronous", where, config_.get_string("algorithm.name"));
+  }
   check_server_state(algorithm_, resume.state, aggregation_, where);
   check_client_states(resume.client_states, fresh.params, data_.num_clients(), where);
 }
@@ -392,6 +504,15 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
   // uploads, for its simulated duration.
   const int64_t down_bits = Aggregation().upload_bits(result.state.params);
   const int64_t up_bits = aggregation_.upload_bits(result.state.params);
+  // Asynchronous training: the timeline, and the versions its clients in flight started from.
+  std::unique_ptr<AsyncSchedule> schedule;
+  Versions versions;
+  if (asynchronous_) {
+    schedule = async_schedule(first, down_bits, up_bits);
+    for (int64_t v : schedule->live_versions())
+      versions[v] = resume != nullptr ? unprefixed(resume->async, version_prefix(v)) : result.state.params;
+    versions[first] = result.state.params;
+  }
   result.rounds_done = first;
   const auto start = std::chrono::steady_clock::now();
   int64_t checkpointed = first;
@@ -404,7 +525,26 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
     const ClientStates::Saved states_before = client_states_.save();
     Metrics metrics;
     SyncRound timed;
-    if (clock != nullptr) {
+    TensorTree async;  // the step's task input
+    std::vector<double> staleness;
+    if (schedule) {
+      const AsyncStep step = schedule->next();
+      timed.length = step.time - now;
+      for (const AsyncUpdate& u : step.updates) {
+        timed.clients.push_back(u.client);
+        timed.durations.push_back(u.finish - u.start);
+        staleness.push_back(static_cast<double>(u.staleness));
+      }
+      async = prefixed(async_input(step, versions), "async/");
+      metrics.emplace_back("async/staleness_mean",
+                           std::accumulate(staleness.begin(), staleness.end(), 0.0) / static_cast<double>(staleness.size()));
+      metrics.emplace_back("async/staleness_max", *std::max_element(staleness.begin(), staleness.end()));
+      metrics.emplace_back("async/concurrency", step.concurrency);
+      metrics.emplace_back("async/stale_dropped", static_cast<double>(step.stale_dropped));
+      metrics.emplace_back("async/dispatched", static_cast<double>(schedule->dispatches()));
+      metrics.emplace_back("async/versions_kept", static_cast<double>(schedule->live_versions().size() + 1));
+      metrics.emplace_back("clock/lost", static_cast<double>(step.lost));
+    } else if (clock != nullptr) {
       timed = clock_round(r, now, down_bits, up_bits);
       FAX_CHECK(now <= kForever - timed.length, "round {}: the simulated time passes 292,000 years", r + 1);
       metrics.emplace_back("clock/selected", static_cast<double>(timed.selected));
@@ -421,7 +561,7 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
       // (skipping it would tell that nobody took part).
       if (cohort.size() > 0 || aggregation_.adds_noise() || algorithm_.adds_noise()) {
         packed = run_task(TaskKind::round, {seed, r}, cohort, mesh_options_.logical_shards,
-                          join({prefixed(result.state.params, "params/"), prefixed(result.state.extra, "extra/")}));
+                          join({prefixed(result.state.params, "params/"), prefixed(result.state.extra, "extra/"), async}));
         result.state = {unprefixed(packed, "params/"), unprefixed(packed, "extra/")};
       }
       for (const auto& [name, t] : unprefixed(packed, "metrics/")) {
@@ -441,7 +581,10 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
     } catch (const Interrupted&) {
       result.state = before;
       client_states_.roll_back(states_before);
-      if (log != nullptr && r > checkpointed) log->checkpoint(r, checkpoint_tree(result.state, client_states_, clock_now), keep_checkpoints);
+      if (log != nullptr && r > checkpointed) {
+        log->checkpoint(r, checkpoint_tree(result.state, client_states_, clock_now, versions_tree(versions, r)),
+                        keep_checkpoints);
+      }
       if (log != nullptr && r > checkpointed) log->commit();
       result.stopped = true;
       break;
@@ -450,6 +593,14 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
     result.rounds_done = completed;
     now += timed.length;
     clock_now = clock != nullptr ? std::optional<SimTime>(now) : std::nullopt;
+    if (schedule) {
+      // The new version, and only the versions clients in flight still train from.
+      versions[completed] = result.state.params;
+      const std::vector<int64_t> live = schedule->live_versions();
+      for (auto it = versions.begin(); it != versions.end();)
+        it = it->first == completed || std::binary_search(live.begin(), live.end(), it->first) ? std::next(it)
+                                                                                              : versions.erase(it);
+    }
     clients_trained += cohort.size();
     const bool stopping = stop && stop() && completed < rounds;
     if (log != nullptr) {
@@ -461,12 +612,15 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
           for (SimTime d : timed.durations) seconds.push_back(to_seconds(d));
           values.emplace_back("simulated_s", at::tensor(seconds, at::kDouble));
         }
+        if (schedule) values.emplace_back("staleness", at::tensor(staleness, at::kDouble));
         log->append_clients(at::tensor(cohort.ids(), at::kLong), values);
       }
       // The checkpoint file is written first and linked by the append that commits the round: a
       // crash in between leaves a file no log links to, which a resume discards.
       if (stopping || due(checkpoint_every, completed, rounds)) {
-        log->checkpoint(completed, checkpoint_tree(result.state, client_states_, clock_now), keep_checkpoints);
+        log->checkpoint(completed,
+                        checkpoint_tree(result.state, client_states_, clock_now, versions_tree(versions, completed)),
+                        keep_checkpoints);
         checkpointed = completed;
       }
       log->append(completed, metrics);

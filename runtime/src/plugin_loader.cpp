@@ -110,6 +110,9 @@ class GuardedAlgorithm final : public Algorithm {
   int64_t local_examples(int64_t examples) const override {
     return guarded(made_.who(), "local_examples", [&] { return inner_->local_examples(examples); });
   }
+  bool asynchronous() const override {
+    return guarded(made_.who(), "asynchronous", [&] { return inner_->asynchronous(); });
+  }
   void check_state(const ServerState& state, const std::string& where) const override {
     guarded(made_.who(), "check_state", [&] { inner_->check_state(state, where); });
   }

@@ -8,7 +8,8 @@
 # PyTorch (experiments/fmnist_torchscript.py), trained with client momentum; or `aggregation`: an
 # adaptive clip (server state) before top-k with error feedback (client state); or `poisson`:
 # Poisson-sampled cohorts of any size (per-client rows of varying width); or `clock`: the simulated
-# clock with a deadline and clients that come and go (the simulated time is checkpointed).
+# clock with a deadline and clients that come and go (the simulated time is checkpointed); or
+# `fedbuff`: asynchronous training on that clock (the model versions in flight are checkpointed).
 set -uo pipefail
 trials=${1:-10}
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -27,6 +28,14 @@ elif [[ ${2:-} == clock ]]; then
   settings+=(--set clients.speed.distribution=lognormal --set clients.speed.sigma=1 --set clients.speed.jitter=0.3
              --set clients.availability.kind=probability --set clients.availability.probability=0.5
              --set clients.availability.slot_s=2 --set clients.availability.drop_on_leave=true --set cohort.deadline_s=1.5)
+elif [[ ${2:-} == fedbuff ]]; then
+  # Asynchronous training: 30 clients in flight over lognormal speeds, a buffer of 4, a staleness
+  # limit; the model versions clients in flight started from are checkpointed, the timeline replayed.
+  settings+=(--set algorithm.name=fedbuff --set algorithm.local_epochs=20 --set cohort.size=4 --set cohort.concurrency=30
+             --set cohort.max_staleness=3
+             --set clients.speed.distribution=lognormal --set clients.speed.sigma=1 --set clients.speed.jitter=0.3
+             --set clients.availability.kind=probability --set clients.availability.probability=0.5
+             --set clients.availability.slot_s=2 --set clients.availability.drop_on_leave=true)
 elif [[ ${2:-} == aggregation ]]; then
   settings+=(--set aggregation.stages=clip,top_k --set aggregation.clip.adaptive=true --set aggregation.clip.norm=0.1
              --set aggregation.clip.count_noise=1 --set aggregation.top_k.fraction=0.1 --set aggregation.top_k.error_feedback=true)

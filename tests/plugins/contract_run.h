@@ -44,11 +44,12 @@ class ContractRun {
   // With `poisson`, each client joins a round with probability 1/3 (2 of 6 on average) and the
   // cohort is cut into 4 logical shards: rounds of every size, shards left empty.
   Config config(int executors, int rounds, bool poisson = false) const {
-    Config c = parse_config(fmt::format("rounds: {}\nseed: {}\ncohort:\n  size: {}\n  sampling: {}\nexecution:\n"
-                                        "  executors: {}\n  logical_shards: {}\nlogging:\n  eval_every: 1\n"
+    Config c = parse_config(fmt::format("rounds: {}\nseed: {}\ncohort:\n  size: {}\n  sampling: {}\n  concurrency: {}\n"
+                                        "execution:\n  executors: {}\n  logical_shards: {}\nlogging:\n  eval_every: 1\n"
                                         "  checkpoint_every: 1\n{}",
                                         rounds, poisson ? kPoissonSeed : 0, poisson ? 2 : 4,
-                                        poisson ? "poisson" : "uniform", executors, poisson ? 4 : 2, extra_yaml),
+                                        poisson ? "poisson" : "uniform", concurrency, executors, poisson ? 4 : 2,
+                                        extra_yaml),
                             "contract.yaml");
     Schema schema = experiment_schema();
     schema.add_all(plugin->keys, "algorithm");
@@ -162,6 +163,7 @@ class ContractRun {
   std::unique_ptr<Model> model;
   std::unique_ptr<InMemoryDataset> data;
   std::string extra_yaml;  ///< appended to the experiment (e.g. an algorithm: section)
+  int64_t concurrency = 0;  ///< cohort.concurrency (asynchronous algorithms)
 };
 
 

@@ -222,7 +222,9 @@ TEST(Clock, AsynchronousBufferedStepsByHand) {
       staleness.back().push_back(u.staleness);
       versions.back().push_back(u.start_version);
     }
-    if (i == 0) EXPECT_DOUBLE_EQ(step.concurrency, 2.0);
+    if (i == 0) {
+      EXPECT_DOUBLE_EQ(step.concurrency, 2.0);
+    }
   }
   EXPECT_EQ(times, (std::vector<SimTime>{5 * kS, 8 * kS, 11 * kS}));
   EXPECT_EQ(ids, (std::vector<std::vector<int64_t>>{{0, 1}, {2, 0}, {3, 2}}));

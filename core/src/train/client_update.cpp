@@ -1,5 +1,6 @@
 #include <fax/train/client_update.h>
 
+#include <cmath>
 #include <optional>
 #include <string>
 
@@ -200,19 +201,21 @@ const TensorTree& pipeline_state(const RoundContext& ctx, const Aggregation& agg
 
 // mean_client_update with a robust aggregator: every kept update, after the client stages, is
 // gathered to every executor, which all compute the same statistic.
-RoundUpdate gathered_update(const RoundContext& ctx, const TensorTree& params, const ClientTraining& training,
-                            const Aggregation& aggregation) {
+RoundUpdate gathered_update(const RoundContext& ctx, const Clients<TensorTree>& start, const TensorTree& params,
+                            const ClientTraining& training, const Aggregation& aggregation,
+                            const Clients<at::Tensor>& factors) {
   FAX_CHECK(!training.create_graph,
             "aggregation {}: a robust aggregator has no derivative to take; federated AD through the round (e.g. "
             "hypergrad_fedavg) needs a sum-based pipeline", aggregation.describe());
-  const ClientUpdates local = train_clients(ctx, broadcast(Server<TensorTree>(params)), training);
+  const ClientUpdates local = train_clients(ctx, start, training);
   const TensorTree& state = pipeline_state(ctx, aggregation);
-  const auto sent = map_clients([&](const ClientChunk& chunk, const TensorTree& deltas, const at::Tensor& kept) {
+  const auto sent = map_clients([&](const ClientChunk& chunk, const TensorTree& deltas, const at::Tensor& kept,
+                                    const at::Tensor& factor) {
     TensorTree stats;
-    TensorTree rows = aggregation.client_side(chunk, deltas, kept, ctx.client_states, state, stats);
+    TensorTree rows = scale_rows(aggregation.client_side(chunk, deltas, kept, ctx.client_states, state, stats), factor);
     for (const auto& [name, t] : stats) rows.set(kStat + name, t * kept.to(t.scalar_type()));
     return rows;
-  }, local.deltas, local.kept);
+  }, local.deltas, local.kept, factors);
   const at::Tensor kept = collect(local.kept).value();
   const at::Tensor which = kept.nonzero().view({-1});
   FAX_CHECK(which.numel() > 0, "round {}: every client's update was not finite", ctx.round + 1);
@@ -233,6 +236,12 @@ RoundUpdate gathered_update(const RoundContext& ctx, const TensorTree& params, c
 }  // namespace
 
 RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params, const ClientTraining& training) {
+  const auto start = broadcast(Server<TensorTree>(params));
+  return mean_client_update(ctx, start, params, training, Clients<at::Tensor>(at::ones({ctx.program.local_size()})));
+}
+
+RoundUpdate mean_client_update(const RoundContext& ctx, const Clients<TensorTree>& start, const TensorTree& params,
+                               const ClientTraining& training, const Clients<at::Tensor>& factors) {
   FAX_CHECK(!training.after, "mean_client_update keeps no per-client rows: use train_clients for ClientTraining::after");
   static const Aggregation plain_mean;
   const Aggregation& aggregation = ctx.aggregation != nullptr ? *ctx.aggregation : plain_mean;
@@ -240,10 +249,9 @@ RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params
   FAX_CHECK(!training.create_graph || aggregation.differentiable(),
             "aggregation {}: compression has no derivative to take; federated AD through the round (e.g. "
             "hypergrad_fedavg) needs a pipeline without quantize, top_k or random_k", aggregation.describe());
-  if (aggregation.gathers()) return gathered_update(ctx, params, training, aggregation);
+  if (aggregation.gathers()) return gathered_update(ctx, start, params, training, aggregation, factors);
   const bool plain = aggregation.plain();
   const TensorTree& state = pipeline_state(ctx, aggregation);
-  const auto start = broadcast(Server<TensorTree>(params));
   const auto lr = broadcast(training.lr);
   // Streamed: each chunk's weighted deltas join the running sum, so memory follows the chunk size.
   // A model's input layer weight is summed per chunk (from local SGD's factors when it has them),
@@ -258,18 +266,21 @@ RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params
           ? static_cast<double>(ctx.program.cohort_size()) / sum(ctx.example_counts()).value().item<double>()
           : 1.0;
   const MappedSum out = map_sum_clients(
-      [&](const ClientChunk& chunk, const TensorTree& rows, const at::Tensor& rates, const at::Tensor& counts) {
+      [&](const ClientChunk& chunk, const TensorTree& rows, const at::Tensor& rates, const at::Tensor& counts,
+          const at::Tensor& factor) {
         const TensorTree trained = train_chunk(ctx, training, chunk, rows, rates, input.has_value());
         const at::Tensor& kept = trained.at(kKept);
         const at::Tensor examples = counts.to(kept.scalar_type()) * kept;
         const at::Tensor weights = aggregation.uniform() ? kept : secure_scale == 1.0 ? examples : examples * secure_scale;
+        // The factors scale the updates, not the divisor: a stale update moves the model less.
+        const at::Tensor scaled = weights * factor.to(weights.scalar_type());
         TensorTree stats;
         const TensorTree deltas = plain ? deltas_of(trained, input_weight)
                                         : aggregation.client_side(chunk, deltas_of(trained), kept,
                                                                   ctx.client_states, state, stats);
         ChunkRows result;
-        result.sum = aggregation.send(chunk, scale_rows(deltas, weights), stats);
-        if (input) result.summed.set(input_weight, input_layer_sum(trained, input_weight, weights));
+        result.sum = aggregation.send(chunk, scale_rows(deltas, scaled), stats);
+        if (input) result.summed.set(input_weight, input_layer_sum(trained, input_weight, scaled));
         result.sum.set(kWeight, weights);
         if (!stats.empty()) result.sum.set(kKept, kept);
         for (const auto& [name, t] : stats) {
@@ -281,7 +292,7 @@ RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params
         result.keep.set(kWeight, examples);
         return result;
       },
-      start, lr, ctx.example_counts());
+      start, lr, ctx.example_counts(), factors);
   TensorTree sums = out.sum.value();
   const at::Tensor total = sums.at(kWeight);
   // Every executor sees the same total, so they all stop together. A round without clients
@@ -305,6 +316,47 @@ RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params
   }
   if (sums.contains(kKept)) advance_state(ctx, aggregation, sums, sums.at(kKept), update.metrics);
   return update;
+}
+
+const Settings<StalenessOptions>& staleness_settings() {
+  using O = StalenessOptions;
+  static const Settings<O> table = Settings<O>()
+      .add("staleness", &O::staleness,
+           "how an update is weighed by its staleness tau: constant 1, polynomial (1 + tau)^-a, hinge 1 up to b "
+           "then 1 / (a (tau - b) + 1)", one_of({"constant", "polynomial", "hinge"}))
+      .add("staleness_a", &O::staleness_a, "a: the polynomial's exponent, the hinge's slope", in(0, 100))
+      .add("staleness_b", &O::staleness_b, "b: the hinge's staleness before weights fall", at_least(0));
+  return table;
+}
+
+double staleness_weight(const StalenessOptions& o, int64_t tau) {
+  const double t = static_cast<double>(tau);
+  if (o.staleness == "polynomial") return std::pow(1 + t, -o.staleness_a);
+  if (o.staleness == "hinge") return t <= o.staleness_b ? 1.0 : 1 / (o.staleness_a * (t - o.staleness_b) + 1);
+  return 1.0;
+}
+
+namespace {
+const AsyncRound& async_round(const RoundContext& ctx) {
+  FAX_CHECK(ctx.async != nullptr, "round {}: an asynchronous algorithm runs only on the simulated clock's "
+            "asynchronous schedule (cohort.concurrency > 0)", ctx.round + 1);
+  return *ctx.async;
+}
+}  // namespace
+
+Clients<at::Tensor> staleness_factors(const RoundContext& ctx, const StalenessOptions& options) {
+  const at::Tensor tau = ctx.program.local_rows(async_round(ctx).staleness).value();
+  std::vector<double> factors;
+  for (int64_t i = 0; i < tau.numel(); ++i) factors.push_back(staleness_weight(options, tau[i].item<int64_t>()));
+  return Clients<at::Tensor>(at::tensor(factors, at::kDouble).view({-1}));
+}
+
+Clients<TensorTree> async_start(const RoundContext& ctx) {
+  const AsyncRound& async = async_round(ctx);
+  return map_clients([&](const ClientChunk& chunk, const TensorTree& versions, const at::Tensor& row) {
+    const at::Tensor which = at::arange(chunk.size, row.options());
+    return versions.map([&](const at::Tensor& v) { return v.index({which, row}); });
+  }, broadcast(Server<TensorTree>(async.versions)), ctx.program.local_rows(async.version));
 }
 
 RoundMetrics round_metrics(const RoundContext& ctx, const RoundUpdate& update) {

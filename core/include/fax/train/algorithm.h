@@ -25,6 +25,15 @@ struct ServerState {
 /// and client, or drop the client from the round with a warning.
 enum class NonFinite { stop, drop };
 
+/// A server step of asynchronous training (Algorithm::asynchronous): its clients trained from
+/// model versions older than the server's, and how much older. Cohort-ordered, like Cohort::ids.
+struct AsyncRound {
+  /// The versions the step's clients started from, stacked per parameter: [V, ...].
+  TensorTree versions;
+  at::Tensor version;    ///< [N] int64: each client's row of `versions`
+  at::Tensor staleness;  ///< [N] int64: server steps since that version
+};
+
 /// What a round sees on one executor.
 struct RoundContext {
   Program& program;                ///< this executor's clients, shards and random streams
@@ -52,6 +61,8 @@ struct RoundContext {
   /// draw gave (program.cohort_size(), maybe 0). 0: the realised size.
   int64_t drawn_cohort = 0;
   int64_t nominal_cohort() const { return drawn_cohort > 0 ? drawn_cohort : program.cohort_size(); }
+  /// Set for an asynchronous algorithm: where each of the step's clients started (null otherwise).
+  const AsyncRound* async = nullptr;
   /// The cohort weights of this executor's clients: their training example counts.
   Clients<at::Tensor> example_counts() const { return program.weights(); }
 };
@@ -90,6 +101,11 @@ class Algorithm {
   /// every local step (steps x batch): the simulated clock's compute time is this times the
   /// client's seconds per example. Default: one pass over its data (FedSGD's full-batch gradient).
   virtual int64_t local_examples(int64_t examples) const { return examples; }
+
+  /// Whether the algorithm trains asynchronously (FedBuff, FedAsync): a round is then one server
+  /// step over the cohort.size updates that arrived first on the simulated clock, each client
+  /// trained from the model version current when it was dispatched (RoundContext::async).
+  virtual bool asynchronous() const { return false; }
 
   /// Refuses, naming `where` (a run log's checkpoint), a state `round` cannot use although its
   /// leaves, shapes and dtypes are those init() made (a resume checks those first): a clip norm

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include <fax/base/settings.h>
 #include <fax/train/algorithm.h>
@@ -87,6 +88,31 @@ struct RoundUpdate {
 /// map_sum_clients: memory follows execution.vectorize, not the cohort; the same bits as
 /// weighted_mean over train_clients. Without ClientTraining::after (it keeps no per-client rows).
 RoundUpdate mean_client_update(const RoundContext& ctx, const TensorTree& params, const ClientTraining& training);
+/// The same for clients that start from rows of their own (`start`, clients-placed: asynchronous
+/// training's clients start from the model version they were dispatched with; `params`, the
+/// server's, gives the leaves and their order), each client's update scaled, after the client
+/// stages, by its `factor` in [0, 1] (a staleness weight). The mean still divides by the unscaled
+/// weights, so a stale update moves the model less.
+RoundUpdate mean_client_update(const RoundContext& ctx, const Clients<TensorTree>& start, const TensorTree& params,
+                               const ClientTraining& training, const Clients<at::Tensor>& factors);
+
+/// How an asynchronous algorithm weighs an update by its staleness tau (server steps since its
+/// client's model version), after Xie et al. 2019: constant 1; polynomial (1 + tau)^-a (FedBuff's
+/// 1 / sqrt(1 + tau) at a = 0.5); hinge 1 up to b steps, then 1 / (a (tau - b) + 1). Keys
+/// staleness, staleness_a, staleness_b (include them with Settings::include).
+struct StalenessOptions {
+  std::string staleness = "polynomial";
+  double staleness_a = 0.5;
+  double staleness_b = 4;
+};
+const Settings<StalenessOptions>& staleness_settings();
+/// s(tau), in (0, 1].
+double staleness_weight(const StalenessOptions& options, int64_t tau);
+/// s(tau) of this executor's clients (RoundContext::async), [local clients].
+Clients<at::Tensor> staleness_factors(const RoundContext& ctx, const StalenessOptions& options);
+/// Where this executor's clients start in an asynchronous step: each its row of
+/// RoundContext::async's versions, taken from their broadcast.
+Clients<TensorTree> async_start(const RoundContext& ctx);
 
 /// The metrics FedAvg-style plugins report: train/loss (example-weighted mean of the clients'
 /// training losses), train/update_norm (|mean update|), train/dropped_clients and the per-client

@@ -81,6 +81,8 @@ class SimulatedClock {
     double deadline_s = 0;           ///< 0: wait for every client
     double over_selection = 0;       ///< dispatch ceil(size (1 + this)) clients, keep the first size
     double retry_s = 60;             ///< a round that finds no client available lasts this long
+    int64_t concurrency = 0;         ///< asynchronous training: clients in flight (0: synchronous)
+    int64_t max_staleness = -1;      ///< asynchronous training: older updates are dropped (< 0: none)
   };
 
   SimulatedClock(Options options, uint64_t seed, std::vector<ClientSystem> device_trace = {},
@@ -131,6 +133,7 @@ struct AsyncUpdate {
   int64_t dispatch = 0;       ///< the run's dispatch count when it started (0-based)
   int64_t start_version = 0;  ///< the server steps completed when it started
   int64_t staleness = 0;      ///< steps completed since then, when the step uses it
+  SimTime start = 0;
   SimTime finish = 0;
 };
 
@@ -168,6 +171,8 @@ class AsyncSchedule {
   /// Server steps completed.
   int64_t version() const { return version_; }
   SimTime now() const { return now_; }
+  /// Clients dispatched so far.
+  int64_t dispatches() const { return dispatches_; }
   /// The model versions older than version() that a client in flight started from: what a
   /// checkpoint must keep to continue.
   std::vector<int64_t> live_versions() const;

@@ -66,12 +66,15 @@ struct ResumePoint {
   ServerState state;
   TensorTree client_states;  ///< as ClientStates::stacked() wrote it
   TensorTree clock;          ///< the simulated clock's: now_us (empty without a clock)
+  /// Asynchronous training: the older model versions clients in flight started from, v<N>/<param>.
+  TensorTree async;
 };
 
 /// The checkpoint tree of a run: params/..., extra/..., client_states/..., and with a simulated
-/// clock clock/now_us, the simulated time after the round (what a resume needs).
+/// clock clock/now_us, the simulated time after the round (what a resume needs); asynchronous
+/// training adds async/v<N>/..., the versions `async` holds.
 TensorTree checkpoint_tree(const ServerState& state, const ClientStates& clients,
-                           std::optional<SimTime> now = std::nullopt);
+                           std::optional<SimTime> now = std::nullopt, const TensorTree& async = {});
 ResumePoint resume_point(int64_t round, const TensorTree& checkpoint);
 
 /// Runs an experiment: `rounds` rounds of `algorithm` on `data` with `model`, over the mesh the
@@ -132,6 +135,8 @@ class Experiment {
   // Round `round` on the clock, starting at `start`, for a model of `down_bits` whose clients
   // upload `up_bits`.
   SyncRound clock_round(int64_t round, SimTime start, int64_t down_bits, int64_t up_bits) const;
+  // Asynchronous training's timeline replayed to the state after `steps` server steps.
+  std::unique_ptr<AsyncSchedule> async_schedule(int64_t steps, int64_t down_bits, int64_t up_bits) const;
 
   const Config& config_;
   Algorithm& algorithm_;
@@ -143,6 +148,7 @@ class Experiment {
   ClientStates client_states_;
   Aggregation aggregation_;
   Sampling sampling_;
+  bool asynchronous_;
   mutable std::optional<std::unique_ptr<SimulatedClock>> clock_;  // built by clock()
 };
 
