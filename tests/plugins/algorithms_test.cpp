@@ -1,6 +1,8 @@
 // The algorithm plugins, loaded from their shared libraries as fax-run loads them, each checked
 // against a hand-written round in plain LibTorch on a tiny problem.
 
+#include <optional>
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -55,6 +57,7 @@ class AlgorithmsTest : public test::SeededTest {
       const auto out = mesh.run(cohort, [&](Program& p) {
         ServerState s{clone(state.params), clone(state.extra)};
         RoundContext ctx{p, *model, *data, r, states, nonfinite, factor_input_layer, aggregation.get()};
+        if (async) ctx.async = &*async;
         const RoundMetrics m = aggregated_round(*algorithm, s, ctx);
         return Server<TensorTree>(join({prefixed(s.params, "params/"), prefixed(s.extra, "extra/"),
                                         prefixed(detach(m.server), "metrics/")}));
@@ -133,6 +136,7 @@ class AlgorithmsTest : public test::SeededTest {
   NonFinite nonfinite = NonFinite::stop;
   bool factor_input_layer = true;
   uint64_t seed = 0;  // the runs' seed
+  std::optional<AsyncRound> async;  // an asynchronous step's versions, rows and staleness
 
   void expect_factored_fedavg_matches_autograd(std::unique_ptr<Model> m);
 };
@@ -299,6 +303,52 @@ TEST_F(AlgorithmsTest, FedNovaMatchesAHandComputedRound) {
   const ServerState nova = run_plugin("fednova", {"client_lr=0.3", "local_epochs=3", "batch_size=0"}, 1);
   const ServerState fedavg = run_plugin("fedavg", {"client_lr=0.3", "local_epochs=3", "batch_size=0"}, 1);
   EXPECT_TRUE(at::allclose(nova.params.at("w"), fedavg.params.at("w"), 1e-12, 1e-14));
+}
+
+// An asynchronous step by hand: the server is at version 1 (v1 = v0 + noise); client 0 started
+// from v1 (staleness 0), clients 1 and 2 from v0 two and three steps ago. Each trains E = 2
+// full-batch steps from its own start, Delta_i = start_i - trained_i, s_i = s(tau_i).
+//   FedBuff:  x -= server_lr sum_i n_i s_i Delta_i / sum_i n_i
+//   FedAsync: x -= alpha sum_i n_i s_i ((x - start_i) + Delta_i) / sum_i n_i
+// (with one client: x = (1 - alpha s) x + alpha s trained, the paper's mixing).
+TEST_F(AlgorithmsTest, FedBuffAndFedAsyncMatchHandComputedSteps) {
+  const double lr = 0.3;
+  const TensorTree v0 = initial;
+  const TensorTree v1{{"w", v0.at("w") + 0.1 * at::randn({3, 2}, at::kDouble)}, {"b", v0.at("b") + 0.05}};
+  const std::vector<const TensorTree*> start{&v1, &v0, &v0};
+  const std::vector<int64_t> tau{0, 2, 3};
+  async = AsyncRound{{{"w", at::stack({v0.at("w"), v1.at("w")})}, {"b", at::stack({v0.at("b"), v1.at("b")})}},
+                     at::tensor({1, 0, 0}, at::kLong), at::tensor(tau, at::kLong)};
+  initial = v1;
+  const auto by_hand = [&](const std::function<double(int64_t)>& s, bool mix, double rate) {
+    at::Tensor w = v1.at("w").clone(), b = v1.at("b").clone();
+    for (int64_t i = 0; i < 3; ++i) {
+      const at::Tensor& sw = start[i]->at("w");
+      const at::Tensor& sb = start[i]->at("b");
+      const auto [cw, cb] = local(i, sw, sb, 2, lr);
+      const double f = rate * weight(i) * s(tau[i]) / total_weight();
+      w -= f * ((sw - cw) + (mix ? v1.at("w") - sw : at::zeros_like(sw)));
+      b -= f * ((sb - cb) + (mix ? v1.at("b") - sb : at::zeros_like(sb)));
+    }
+    return TensorTree{{"w", w}, {"b", b}};
+  };
+  const auto expect_close = [](const TensorTree& fax, const TensorTree& hand) {
+    for (const char* leaf : {"w", "b"})
+      EXPECT_TRUE(at::allclose(fax.at(leaf), hand.at(leaf), 1e-10, 1e-12)) << leaf << fax.at(leaf) << hand.at(leaf);
+  };
+  const std::vector<std::string> client{"client_lr=0.3", "local_epochs=2", "batch_size=0"};
+  // FedBuff's 1 / sqrt(1 + tau); a hinge at b = 2 with slope 2 (1, 1, 1/3); constant weights.
+  expect_close(run_plugin("fedbuff", join_settings(client, {"server_lr=0.8"}), 1).params,
+               by_hand([](int64_t t) { return 1 / std::sqrt(1.0 + t); }, false, 0.8));
+  expect_close(run_plugin("fedbuff", join_settings(client, {"staleness=hinge", "staleness_a=2", "staleness_b=2"}), 1).params,
+               by_hand([](int64_t t) { return t <= 2 ? 1.0 : 1 / (2.0 * (t - 2) + 1); }, false, 1.0));
+  expect_close(run_plugin("fedbuff", join_settings(client, {"staleness=constant"}), 1).params,
+               by_hand([](int64_t) { return 1.0; }, false, 1.0));
+  expect_close(run_plugin("fedasync", join_settings(client, {"alpha=0.6", "staleness_a=1"}), 1).params,
+               by_hand([](int64_t t) { return 1 / (1.0 + t); }, true, 0.6));
+  // A synchronous round gives an asynchronous algorithm nothing to start from: refused, naming why.
+  async.reset();
+  EXPECT_NE(test::error_of([&] { run_plugin("fedbuff", client, 1); }).find("cohort.concurrency > 0"), std::string::npos);
 }
 
 // The server learning rate's hypergradient dL(x - eta Delta)/d eta, from federated AD, against
