@@ -121,6 +121,59 @@ for r in np.flatnonzero(sizes == 0):
         assert all(p[n][()].tobytes() == q[n][()].tobytes() for n in p), f"z = 0: round {r + 1} had no clients but moved"
 PY
     ;;
+  fedbuff)
+    # Asynchronous training on the clock (FedBuff): 20 clients in flight, a buffer of 4, stale
+    # updates dropped after 3 steps, clients lost when they leave. 1 and 2 executors and 2 worker
+    # processes: the same bits, simulated times, staleness and checkpointed versions included.
+    common=(--set rounds=20 --set logging.per_client=true --set logging.checkpoint_every=5
+            --set algorithm.name=fedbuff --set algorithm.local_epochs=5 --set cohort.size=4 --set cohort.concurrency=20
+            --set cohort.max_staleness=3 --set clients.speed.distribution=lognormal --set clients.speed.sigma=1
+            --set clients.speed.jitter=0.3 --set clients.availability.kind=probability
+            --set clients.availability.probability=0.5 --set clients.availability.slot_s=5
+            --set clients.availability.drop_on_leave=true)
+    same_on_executors_and_workers fb 20 "${common[@]}"
+    "$PYTHON" - "$WORK/fb1.h5" <<'PY' || fail "the asynchronous run's log"
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1])
+m = f["metrics"]
+now, took = m["time/simulated_s"][()], m["time/round_simulated_s"][()]
+assert np.allclose(np.cumsum(took), now, rtol=0, atol=1e-5) and np.all(took >= 0), (now, took)
+ids, tau, seconds = f["clients/id"][()], f["clients/staleness"][()], f["clients/simulated_s"][()]
+assert ids.shape == (20, 4) and all(len(set(r)) == 4 for r in ids), ids
+assert np.array_equal(tau.mean(1), m["async/staleness_mean"][()]) and np.array_equal(tau.max(1), m["async/staleness_max"][()])
+assert tau.max() == 3 and tau.min() == 0, tau
+assert m["async/stale_dropped"][()].sum() > 0 and m["clock/lost"][()].sum() > 0
+assert np.all(seconds > 0) and np.all(np.diff(m["async/dispatched"][()]) >= 4)
+assert np.all(m["async/concurrency"][()] <= 20) and np.all(m["async/concurrency"][()] > 0)
+# A checkpoint keeps the older versions clients in flight started from, at most 3 steps back
+# (older ones could only give dropped updates, but a client still in flight keeps its version).
+for r in (10, 15, 20):
+    kept = sorted(int(k[1:]) for k in f[f"checkpoints/{r}/async"]) if "async" in f[f"checkpoints/{r}"] else []
+    assert all(v < r for v in kept) and len(kept) == m["async/versions_kept"][r - 1] - 1, (r, kept)
+assert "asynchronous: 20 in flight, max staleness 3" in f["env"].attrs["clock"]
+PY
+    # FedAsync runs on the same timeline.
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -o "$WORK/fa.h5" "${common[@]}" --set algorithm.name=fedasync \
+      --set rounds=5 --set cohort.max_staleness=-1
+    grep -q "async/staleness_mean" "$WORK/stdout" || fail "no staleness in the progress: $(cat "$WORK/stdout")"
+    # Refusals, one line each.
+    clock=(--set clients.speed.distribution=constant)
+    run_expect 2 "algorithm fedbuff trains asynchronously, on the simulated clock" -- "$FAX_RUN" run "$experiment" \
+      -o "$WORK/x.h5" --set algorithm.name=fedbuff
+    run_expect 2 "algorithm fedbuff trains asynchronously: set cohort.concurrency" -- "$FAX_RUN" run "$experiment" \
+      -o "$WORK/x.h5" --set algorithm.name=fedbuff "${clock[@]}"
+    run_expect 2 "cohort.concurrency is for asynchronous algorithms \(fedbuff, fedasync\); fedavg runs synchronous" -- \
+      "$FAX_RUN" run "$experiment" -o "$WORK/x.h5" "${clock[@]}" --set cohort.concurrency=5
+    run_expect 2 "cohort.concurrency \(101\) is larger than the population" -- "$FAX_RUN" run "$experiment" \
+      -o "$WORK/x.h5" --set algorithm.name=fedbuff "${clock[@]}" --set cohort.concurrency=101
+    run_expect 2 "cohort.deadline_s applies to synchronous rounds" -- "$FAX_RUN" run "$experiment" -o "$WORK/x.h5" \
+      --set algorithm.name=fedbuff "${clock[@]}" --set cohort.concurrency=5 --set cohort.deadline_s=2
+    run_expect 2 "cohort.max_staleness applies to asynchronous training" -- "$FAX_RUN" run "$experiment" \
+      -o "$WORK/x.h5" "${clock[@]}" --set cohort.max_staleness=2
+    run_expect 2 "cohort.sampling poisson draws whole rounds" -- "$FAX_RUN" run "$experiment" -o "$WORK/x.h5" \
+      --set algorithm.name=fedbuff "${clock[@]}" --set cohort.concurrency=5 --set cohort.sampling=poisson
+    [[ ! -e $WORK/x.h5 ]] || fail "a refused run wrote a log"
+    ;;
   clock)
     # The simulated clock: lognormal speeds with per-round jitter, clients available half the time
     # in 2 s slots and lost when they leave, a deadline. 1 and 2 executors and 2 worker processes:

@@ -338,6 +338,9 @@ PY
     # The simulated clock's time (clock/now_us) travels with the state.
     run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/clock.h5" "${settings[@]}" \
       --set clients.speed.distribution=lognormal --set cohort.deadline_s=2
+    # Asynchronous training keeps the model versions clients in flight started from (async/v<N>/).
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/async.h5" "${settings[@]}" --set algorithm.name=fedbuff \
+      --set clients.speed.distribution=lognormal --set clients.speed.sigma=1 --set cohort.size=4 --set cohort.concurrency=20
     "$PYTHON" - "$WORK" <<'PY'
 import os, shutil, sys, h5py, numpy as np
 work = sys.argv[1]
@@ -389,7 +392,25 @@ clock = {
 # A clock's time in the checkpoint of a run without one.
 noclock = {"clockextra": lambda f: (f.create_dataset("clock/now_us", data=np.int64(7)),
                                     leaves(f, f.attrs["leaves"].split("\n") + ["clock/now_us"]))}
-for base, edits in (("good", variants), ("feedback", feedback), ("dp", dp), ("clock", clock), ("good", noclock)):
+def first_version(f):
+    return "async/" + sorted(f["async"], key=lambda v: int(v[1:]))[0]
+def drop_version(f):
+    v = first_version(f)
+    del f[v]
+    leaves(f, [n for n in f.attrs["leaves"].split("\n") if not n.startswith(v + "/")])
+def add_leaf(f, name, value):
+    f.create_dataset(name, data=value)
+    leaves(f, f.attrs["leaves"].split("\n") + [name])
+asynchronous = {
+    "asyncmissing": drop_version,
+    "asyncnow": lambda f: rep_now(f, f["clock/now_us"][()] + 1),
+    "asyncnan": lambda f: f[first_version(f) + "/w"].write_direct(np.full(f["params/w"].shape, np.nan, np.float32)),
+    "asyncname": lambda f: add_leaf(f, "async/x/w", f["params/w"][()]),
+}
+# Versions in the checkpoint of a synchronous run.
+noasync = {"asyncextra": lambda f: add_leaf(f, "async/v0/w", f["params/w"][()])}
+for base, edits in (("good", variants), ("feedback", feedback), ("dp", dp), ("clock", clock), ("good", noclock),
+                    ("async", asynchronous), ("good", noasync)):
   for name, change in edits.items():
     os.makedirs(f"{work}/{name}")
     shutil.copy(f"{work}/{base}.h5", f"{work}/{name}/run.h5")
@@ -417,7 +438,12 @@ PY
                    clockhuge:"clock/now_us \(9223372036854775000\) is not in \[0, 4611686018427387904\]" \
                    clocktype:"clock/now_us is a Double tensor of shape \[\]; this experiment keeps a Long of shape \[\]" \
                    clockmissing:"the state lacks clock/now_us, which this experiment keeps" \
-                   clockextra:"the checkpoint holds a simulated time \(clock/\) but this experiment has no simulated clock"; do
+                   clockextra:"the checkpoint holds a simulated time \(clock/\) but this experiment has no simulated clock" \
+                   asyncmissing:"the checkpoint keeps model versions \[[0-9, ]*\]; the clients in flight after server step 6 started from \[[0-9, ]+\]" \
+                   asyncnow:"clock/now_us \([0-9]+\) is not the simulated time after 6 server steps \([0-9]+\)" \
+                   asyncnan:"async/v[0-9]+/w holds NaN or infinite values" \
+                   asyncname:"the state has async/x/w, which this experiment does not keep" \
+                   asyncextra:"the checkpoint holds model versions \(async/\) of asynchronous training, but algorithm fedavg is synchronous"; do
       name=${variant%%:*}
       before=$(digest_run "$WORK/$name/run.h5")
       run_expect 2 "^fax-run: .*$name/run\.h5: the checkpoint of round 6: .*${variant#*:}" -- \
