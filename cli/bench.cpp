@@ -111,13 +111,20 @@ struct Case {
   int rounds = 5;  ///< timed rounds; one more before (warm-up) and after (evaluation)
   bool factor_input_layer = true;
   int64_t batch = 10;
+  /// > 0: FedBuff, this many clients in flight on a simulated clock (lognormal speeds), a server
+  /// step every `cohort` arrivals.
+  int64_t concurrency = 0;
 
   std::string yaml() const {
+    const std::string asynchronous =
+        concurrency > 0 ? fmt::format("  concurrency: {}\nclients:\n  speed: {{distribution: lognormal, sigma: 1}}\n", concurrency)
+                        : "";
     return fmt::format(
-        "seed: 0\nrounds: {}\ncohort:\n  size: {}\ndata:\n{}model:\n{}algorithm:\n  name: fedavg\n  client_lr: 0.05\n"
+        "seed: 0\nrounds: {}\ncohort:\n  size: {}\n{}data:\n{}model:\n{}algorithm:\n  name: {}\n  client_lr: 0.05\n"
         "  batch_size: {}\nexecution:\n  executors: {}\n  logical_shards: {}\n  threads: 1\n  vectorize: {}\n"
         "  factor_input_layer: {}\nlogging:\n  eval_every: 0\n  checkpoint_every: 0\n",
-        rounds + 2, cohort, data, model, batch, executors, shards, vectorize, factor_input_layer);
+        rounds + 2, cohort, asynchronous, data, model, concurrency > 0 ? "fedbuff" : "fedavg", batch, executors, shards,
+        vectorize, factor_input_layer);
   }
 };
 
@@ -135,6 +142,8 @@ const char* const kFmnist = "  name: fmnist\n  partition: iid\n  clients: 600\n"
 const char* const kFmnistDirichlet = "  name: fmnist\n  partition: dirichlet\n  alpha: 0.5\n  clients: 600\n";
 const char* const kFmnistLabelDirichlet = "  name: fmnist\n  partition: label_dirichlet\n  alpha: 0.5\n  clients: 600\n";
 const char* const kFmnistLarge = "  name: fmnist\n  partition: iid\n  clients: 2048\n";
+// The most clients Fashion-MNIST's 60,000 training examples give at 10 each.
+const char* const kFmnistMany = "  name: fmnist\n  partition: iid\n  clients: 6000\n";
 const char* const kTokens = "  name: synthetic_tokens\n  clients: 64\n  sequences: 32\n  sequence_length: 64\n  vocab: 256\n";
 const char* const kMlp = "  name: mlp\n";
 const char* const kCnn = "  name: cnn\n";
@@ -220,6 +229,35 @@ class Bench {
     for (int r = 1; r <= c.rounds; ++r)
       t.masked_share += masked_share(data, sample_cohort(data, c.cohort, 0, r), experiment.mesh_options(), c.batch) / c.rounds;
     return t;
+  }
+
+  // An asynchronous case (Case::concurrency) run as a user runs it, logged to a scratch run log:
+  // the wall time per server step, and the share of the run's wall time outside its tasks (the
+  // simulated clock, the version store, packing the steps' inputs, the log).
+  struct AsyncTiming {
+    double step_s = 0;
+    double outside_share = 0;
+    double staleness = 0;  ///< the mean over the run's steps
+  };
+  AsyncTiming time_async(const Case& c) {
+    const Prepared p = prepare(c);
+    auto algorithm = p.setup.plugin->create();
+    Experiment experiment(p.setup.config, *algorithm, *p.model, *p.data);
+    const std::string path = (std::filesystem::temp_directory_path() / fmt::format("fax-bench-{}.h5", ::getpid())).string();
+    RunResult result;
+    double staleness = 0;
+    {
+      RunLog log(path, config_to_yaml(p.setup.config), experiment.environment());
+      result = experiment.run(&log, [&](const RoundReport& r) {
+        for (const auto& [name, v] : r.metrics)
+          if (name == "async/staleness_mean") staleness += v;
+      });
+    }
+    std::filesystem::remove(path);
+    std::error_code ignored;
+    std::filesystem::remove_all(path + ".checkpoints", ignored);
+    const auto steps = static_cast<double>(result.rounds_done);
+    return {result.seconds / steps, 1 - result.task_seconds / result.seconds, staleness / steps};
   }
 
   // The same clients' local training as a plain LibTorch loop, one client after another, with no
@@ -346,6 +384,25 @@ class Bench {
 
   std::map<std::string, std::unique_ptr<FederatedDataset>> data_;
 };
+
+// Seconds per server step of FedBuff's timeline alone (AsyncSchedule on a lognormal clock, clients
+// of 10 examples, the MLP's bits): `population` clients, `concurrency` in flight, a step every
+// `buffer` arrivals, after a warm-up of 1,000 steps.
+double async_schedule_step_s(int64_t population, int64_t concurrency, int64_t buffer, int steps) {
+  SimulatedClock::Options o;
+  o.speed = "lognormal";
+  o.speed_sigma = 1;
+  o.concurrency = concurrency;
+  const SimulatedClock clock(o, 0);
+  const int64_t bits = 32 * 199'210;
+  AsyncSchedule schedule(clock, {concurrency, buffer, -1}, population, 0, [&](int64_t client, int64_t dispatch) {
+    return clock.duration(client, dispatch, 10, bits, bits);
+  });
+  for (int i = 0; i < 1000; ++i) schedule.next();
+  const auto start = Clock::now();
+  for (int i = 0; i < steps; ++i) schedule.next();
+  return seconds_since(start) / steps;
+}
 
 // Peak RSS of a child `fax-run bench --rss-probe COHORT`: a fresh process per cohort size.
 double probe_rss_mib(int64_t cohort) {
@@ -525,6 +582,19 @@ int bench_command(const BenchOptions& options) {
   m.emplace_back("overhead/ratio", fed_s / plain);
   m.emplace_back("overhead/factored_round_s", factored_s);
 
+  say("FedBuff on the simulated clock (MLP, Fashion-MNIST in 6,000 clients of 10 examples, 1,000 in flight, a step "
+      "every 10 arrivals, logged): the share of the run outside its steps' model computation");
+  Case fedbuff_case{kFmnistMany, kMlp, 10, 1, 1, 0, options.quick ? 300 : 1000};
+  fedbuff_case.concurrency = 1000;
+  const Bench::AsyncTiming fedbuff = bench.time_async(fedbuff_case);
+  m.emplace_back("fedbuff/step_s", fedbuff.step_s);
+  m.emplace_back("fedbuff/outside_share", fedbuff.outside_share);
+  m.emplace_back("fedbuff/staleness_mean", fedbuff.staleness);
+  // The timeline alone for a population of 100,000 (more clients than Fashion-MNIST can give 10
+  // examples each): what grows with the population is the clock's, not the model's.
+  const double schedule_step_s = async_schedule_step_s(100'000, 1000, 10, options.quick ? 2000 : 10000);
+  m.emplace_back("fedbuff/schedule_step_100k_s", schedule_step_s);
+
   say("TorchScript MLP (a module compiled from TorchScript source): a FedAvg round vs the idiomatic LibTorch loop "
       "over the same clients (cohort 16, 1 thread)");
   const std::string module_file =
@@ -607,6 +677,11 @@ int bench_command(const BenchOptions& options) {
        fmt::format("{:.3f} / {:.3f} s ({:.2f}x)", fed_s, plain, fed_s / plain), "<= 1.10x"},
       {"  same, factored input layer / plain loop",
        fmt::format("{:.3f} / {:.3f} s ({:.2f}x)", factored_s, plain, factored_s / plain), ""},
+      {"FedBuff 6k clients C=1000 K=10: step, outside",
+       fmt::format("{:.2f} ms, {} (staleness {:.0f})", 1e3 * fedbuff.step_s, pct(fedbuff.outside_share), fedbuff.staleness),
+       "<= 5%"},
+      {"  its timeline alone, 100k clients (share)",
+       fmt::format("{:.1f} us/step ({})", 1e6 * schedule_step_s, pct(schedule_step_s / fedbuff.step_s)), ""},
       {"TorchScript MLP c=16, fax / LibTorch loop",
        fmt::format("{:.3f} / {:.3f} s ({:.2f}x)", torchscript_s, torchscript_loop_s, torchscript_s / torchscript_loop_s),
        "<= 1.15x"},

@@ -63,6 +63,9 @@ run fmnist_dir01_dp.noise_multiplier=0.5 fmnist_dir01_dp.yaml --set algorithm.no
 run fmnist_sync_deadline fmnist_sync_deadline.yaml
 run fmnist_sync_deadline.wait_for_all fmnist_sync_deadline.yaml --set cohort.deadline_s=0
 run fmnist_sync_deadline.over_selection fmnist_sync_deadline.yaml --set cohort.deadline_s=0 --set cohort.over_selection=0.3
+run fmnist_fedbuff fmnist_fedbuff.yaml
+run fmnist_fedbuff.fedasync fmnist_fedbuff.yaml --set algorithm.name=fedasync --set cohort.size=1 \
+  --set execution.logical_shards=1 --set rounds=3000 --set logging.eval_every=50 --set logging.checkpoint_every=500
 
 echo
 echo "## Experiments"
@@ -82,10 +85,14 @@ table fmnist_dir01_dp.h5 fmnist_dir01_dp.noise_multiplier=0.5.h5 fmnist_dir01_dp
 echo
 echo "## Simulated time"
 table fmnist_sync_deadline.wait_for_all.h5 fmnist_sync_deadline.h5 fmnist_sync_deadline.over_selection.h5 \
+  fmnist_fedbuff.h5 fmnist_fedbuff.fedasync.h5 \
   --metric eval/accuracy% --metric "round@eval/accuracy>=0.8" --metric "time/simulated_s@eval/accuracy>=0.8" \
-  --metric time/simulated_s --metric time/round_simulated_s@last300 --metric clock/late@last300 --metric clock/unused@last300
+  --metric time/simulated_s --metric time/round_simulated_s@last300 --metric clock/late@last300 --metric clock/unused@last300 \
+  --metric async/staleness_mean@last300
 "$fax_run" plot fmnist_sync_deadline.wait_for_all.h5 fmnist_sync_deadline.h5 fmnist_sync_deadline.over_selection.h5 \
-  --x time -o fmnist_sync_time.svg --title "FedAvg on the simulated clock: test accuracy" > /dev/null || status=2
+  fmnist_fedbuff.h5 fmnist_fedbuff.fedasync.h5 \
+  --x time -o fmnist_sync_time.svg --title "Synchronous and asynchronous training on the simulated clock: test accuracy" \
+  > /dev/null || status=2
 
 if ((sweeps)); then
   echo

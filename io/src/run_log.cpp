@@ -227,7 +227,7 @@ void RunLog::set_env(const std::string& key, const std::string& value) {
   impl_->env.emplace_back(key, value);
 }
 
-void RunLog::append(int64_t round, const Metrics& metrics) {
+void RunLog::append(int64_t round, const Metrics& metrics, bool commit_now) {
   Impl& m = *impl_;
   const double nan = std::numeric_limits<double>::quiet_NaN();
   for (const auto& metric : metrics) {
@@ -242,7 +242,7 @@ void RunLog::append(int64_t round, const Metrics& metrics) {
     auto it = std::find_if(metrics.begin(), metrics.end(), [&](const auto& e) { return e.first == series.first; });
     series.second.push_back(it == metrics.end() ? nan : it->second);
   }
-  commit();
+  if (commit_now) commit();
 }
 
 void RunLog::append_clients(const at::Tensor& ids, const std::vector<std::pair<std::string, at::Tensor>>& values) {

@@ -21,6 +21,24 @@ namespace fax {
 namespace {
 
 constexpr int64_t kEvalBatch = 1024;
+// The log is committed (rewritten, fsynced, renamed) with its first row, every checkpoint and the
+// last round, and otherwise at most this often: short rounds (asynchronous steps of a few clients)
+// would spend their time rewriting it. Rows after the last checkpoint are recomputed by a resume.
+constexpr double kCommitInterval_s = 1.0;
+
+// Writes rows appended but not committed when a run leaves by an exception (a failed round), so
+// the log shows every round that finished.
+struct CommitPending {
+  RunLog* log;
+  bool pending = false;
+  ~CommitPending() {
+    if (log == nullptr || !pending) return;
+    try {
+      log->commit();
+    } catch (const std::exception&) {  // the run's own error is the one to report
+    }
+  }
+};
 
 bool due(int64_t every, int64_t completed, int64_t rounds) {
   return completed == rounds || (every > 0 && completed % every == 0);
@@ -255,6 +273,12 @@ constexpr const char* kClientStates = "client_states/";
 
 TensorTree Experiment::run_task(TaskKind kind, RoundInfo info, const Cohort& cohort, int64_t logical_shards,
                                 const TensorTree& input) {
+  const auto start = std::chrono::steady_clock::now();
+  struct Timed {
+    double& total;
+    std::chrono::steady_clock::time_point start;
+    ~Timed() { total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
+  } timed{task_seconds_, start};
   if (remote_ == nullptr) {
     if (!mesh_) mesh_ = std::make_unique<Mesh>(mesh_options_);
     return mesh_->run(cohort, [&](Program& p) { return program(p, kind, input); }, info).value();
@@ -517,6 +541,9 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
   const auto start = std::chrono::steady_clock::now();
   int64_t checkpointed = first;
   int64_t clients_trained = 0;  // drawn clients (Poisson sampling draws any number) since `start`
+  CommitPending commits{log};
+  const double tasks_before = task_seconds_;
+  auto committed_at = std::chrono::steady_clock::now();
   std::optional<SimTime> clock_now = clock != nullptr ? std::optional<SimTime>(now) : std::nullopt;  // checkpointed
   for (int64_t r = first; r < rounds; ++r) {
     const auto round_start = std::chrono::steady_clock::now();
@@ -527,8 +554,10 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
     SyncRound timed;
     TensorTree async;  // the step's task input
     std::vector<double> staleness;
+    std::vector<int64_t> live;  // the older versions clients in flight started from, after the step
     if (schedule) {
       const AsyncStep step = schedule->next();
+      live = schedule->live_versions();
       timed.length = step.time - now;
       for (const AsyncUpdate& u : step.updates) {
         timed.clients.push_back(u.client);
@@ -542,7 +571,7 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
       metrics.emplace_back("async/concurrency", step.concurrency);
       metrics.emplace_back("async/stale_dropped", static_cast<double>(step.stale_dropped));
       metrics.emplace_back("async/dispatched", static_cast<double>(schedule->dispatches()));
-      metrics.emplace_back("async/versions_kept", static_cast<double>(schedule->live_versions().size() + 1));
+      metrics.emplace_back("async/versions_kept", static_cast<double>(live.size() + 1));
       metrics.emplace_back("clock/lost", static_cast<double>(step.lost));
     } else if (clock != nullptr) {
       timed = clock_round(r, now, down_bits, up_bits);
@@ -585,7 +614,10 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
         log->checkpoint(r, checkpoint_tree(result.state, client_states_, clock_now, versions_tree(versions, r)),
                         keep_checkpoints);
       }
-      if (log != nullptr && r > checkpointed) log->commit();
+      if (log != nullptr && r > checkpointed) {
+        log->commit();
+        commits.pending = false;
+      }
       result.stopped = true;
       break;
     }
@@ -596,7 +628,6 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
     if (schedule) {
       // The new version, and only the versions clients in flight still train from.
       versions[completed] = result.state.params;
-      const std::vector<int64_t> live = schedule->live_versions();
       for (auto it = versions.begin(); it != versions.end();)
         it = it->first == completed || std::binary_search(live.begin(), live.end(), it->first) ? std::next(it)
                                                                                               : versions.erase(it);
@@ -617,17 +648,24 @@ RunResult Experiment::run(RunLog* log, const ProgressFn& progress, const ResumeP
       }
       // The checkpoint file is written first and linked by the append that commits the round: a
       // crash in between leaves a file no log links to, which a resume discards.
-      if (stopping || due(checkpoint_every, completed, rounds)) {
+      const bool checkpoint = stopping || due(checkpoint_every, completed, rounds);
+      if (checkpoint) {
         log->checkpoint(completed,
                         checkpoint_tree(result.state, client_states_, clock_now, versions_tree(versions, completed)),
                         keep_checkpoints);
         checkpointed = completed;
       }
-      log->append(completed, metrics);
+      const auto now_wall = std::chrono::steady_clock::now();
+      const bool commit = checkpoint || completed == first + 1 || completed == rounds ||
+                          std::chrono::duration<double>(now_wall - committed_at).count() >= kCommitInterval_s;
+      log->append(completed, metrics, commit);
+      commits.pending = !commit;
+      if (commit) committed_at = now_wall;
     }
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     result.last = metrics;
     result.seconds = elapsed;
+    result.task_seconds = task_seconds_ - tasks_before;
     if (progress) {
       const int64_t done_here = completed - first;
       progress({completed, rounds, elapsed, elapsed / done_here * (rounds - completed),

@@ -1243,7 +1243,7 @@ PY
     ;;
   experiments_check)
     # The short experiments (under a minute each) reproduce the results they carry (expect:).
-    for name in synthetic_fedsgd synthetic_fedavg fmnist_fedavg fmnist_sync_deadline; do
+    for name in synthetic_fedsgd synthetic_fedavg fmnist_fedavg fmnist_sync_deadline fmnist_fedbuff; do
       run_expect 0 "" -- "$FAX_RUN" run "$FAX_SOURCE_DIR/experiments/$name.yaml" --check -o "$WORK/$name.h5"
       grep -q "^check: eval/accuracy at round [0-9]*: .*: ok$" "$WORK/stdout" || fail "$name: no check line: $(cat "$WORK/stdout")"
     done

@@ -49,8 +49,9 @@ class RunLog {
   const std::string& path() const { return path_; }
   /// Whether nothing has been written yet because a file was there to replace (see the constructor).
   bool deferred() const;
-  /// Adds one row to every metric (NaN for the ones missing from `metrics`) and commits.
-  void append(int64_t round, const Metrics& metrics);
+  /// Adds one row to every metric (NaN for the ones missing from `metrics`) and, unless told not
+  /// to, commits (rows not committed yet are written by the next commit).
+  void append(int64_t round, const Metrics& metrics, bool commit_now = true);
   /// Adds one row of per-client values: ids [cohort] int64, values name -> [cohort] (committed
   /// with the next append or commit).
   void append_clients(const at::Tensor& ids, const std::vector<std::pair<std::string, at::Tensor>>& values);

@@ -58,6 +58,9 @@ struct RunResult {
   double seconds = 0;
   int64_t rounds_done = 0;  ///< rounds completed, counting those before a resume
   bool stopped = false;     ///< stop() or an interrupt ended it early (the state was checkpointed)
+  /// Wall time in the rounds' and evaluations' tasks (model computation and its collectives);
+  /// the rest of `seconds` is bookkeeping: sampling, the simulated clock, the run log.
+  double task_seconds = 0;
 };
 
 /// Where a resumed run picks up: the rounds already done and the state checkpointed after them.
@@ -150,6 +153,7 @@ class Experiment {
   Sampling sampling_;
   bool asynchronous_;
   mutable std::optional<std::unique_ptr<SimulatedClock>> clock_;  // built by clock()
+  double task_seconds_ = 0;  // in run_task, since the experiment was made
 };
 
 }  // namespace fax
