@@ -356,25 +356,22 @@ std::vector<int64_t> versions_in(const TensorTree& async, const std::string& whe
   return versions;
 }
 
-// An asynchronous step's task input: the distinct versions its clients started from, stacked, and
-// each client's row among them and its staleness.
+// An asynchronous step's task input: the distinct versions its clients started from, and each
+// client's among them and its staleness.
 TensorTree async_input(const AsyncStep& step, const Versions& versions) {
   std::vector<int64_t> used;
   for (const AsyncUpdate& u : step.updates) used.push_back(u.start_version);
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
-  TensorTree stacked;
-  for (const auto& [name, t] : versions.at(used.front())) {
-    std::vector<at::Tensor> rows;
-    for (int64_t v : used) rows.push_back(versions.at(v).at(name));
-    stacked.set(name, at::stack(rows));
-  }
+  // Not stacked here: the step's clients take their rows from these (no copy on the coordinator).
+  std::vector<TensorTree> parts;
+  for (size_t j = 0; j < used.size(); ++j) parts.push_back(prefixed(versions.at(used[j]), fmt::format("{}/", j)));
   std::vector<int64_t> row, staleness;
   for (const AsyncUpdate& u : step.updates) {
     row.push_back(std::lower_bound(used.begin(), used.end(), u.start_version) - used.begin());
     staleness.push_back(u.staleness);
   }
-  TensorTree input = prefixed(stacked, "versions/");
+  TensorTree input = prefixed(join(parts), "versions/");
   input.set("version", at::tensor(row, at::kLong));
   input.set("staleness", at::tensor(staleness, at::kLong));
   return input;

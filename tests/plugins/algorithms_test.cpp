@@ -317,8 +317,8 @@ TEST_F(AlgorithmsTest, FedBuffAndFedAsyncMatchHandComputedSteps) {
   const TensorTree v1{{"w", v0.at("w") + 0.1 * at::randn({3, 2}, at::kDouble)}, {"b", v0.at("b") + 0.05}};
   const std::vector<const TensorTree*> start{&v1, &v0, &v0};
   const std::vector<int64_t> tau{0, 2, 3};
-  async = AsyncRound{{{"w", at::stack({v0.at("w"), v1.at("w")})}, {"b", at::stack({v0.at("b"), v1.at("b")})}},
-                     at::tensor({1, 0, 0}, at::kLong), at::tensor(tau, at::kLong)};
+  async = AsyncRound{join({prefixed(v0, "0/"), prefixed(v1, "1/")}), at::tensor({1, 0, 0}, at::kLong),
+                     at::tensor(tau, at::kLong)};
   initial = v1;
   const auto by_hand = [&](const std::function<double(int64_t)>& s, bool mix, double rate) {
     at::Tensor w = v1.at("w").clone(), b = v1.at("b").clone();

@@ -353,9 +353,22 @@ Clients<at::Tensor> staleness_factors(const RoundContext& ctx, const StalenessOp
 
 Clients<TensorTree> async_start(const RoundContext& ctx) {
   const AsyncRound& async = async_round(ctx);
+  const std::vector<std::string> leaves = unprefixed(async.versions, "0/").names();
+  const int64_t count = leaves.empty() ? 0 : static_cast<int64_t>(async.versions.size() / leaves.size());
+  // One copy: each client's row taken from its version's broadcast (a view), stacked.
   return map_clients([&](const ClientChunk& chunk, const TensorTree& versions, const at::Tensor& row) {
-    const at::Tensor which = at::arange(chunk.size, row.options());
-    return versions.map([&](const at::Tensor& v) { return v.index({which, row}); });
+    const at::Tensor j = row.to(at::kLong).contiguous();
+    const int64_t* v = j.data_ptr<int64_t>();
+    for (int64_t i = 0; i < chunk.size; ++i)
+      FAX_CHECK(v[i] >= 0 && v[i] < count, "round {}: client {} starts from version {} of the step's {}", ctx.round + 1,
+                chunk.client_id(i), v[i], count);
+    TensorTree rows;
+    for (const std::string& leaf : leaves) {
+      std::vector<at::Tensor> parts;
+      for (int64_t i = 0; i < chunk.size; ++i) parts.push_back(versions.at(fmt::format("{}/{}", v[i], leaf))[i]);
+      rows.set(leaf, chunk.size > 0 ? at::stack(parts) : versions.at("0/" + leaf));
+    }
+    return rows;
   }, broadcast(Server<TensorTree>(async.versions)), ctx.program.local_rows(async.version));
 }
 

@@ -28,9 +28,9 @@ enum class NonFinite { stop, drop };
 /// A server step of asynchronous training (Algorithm::asynchronous): its clients trained from
 /// model versions older than the server's, and how much older. Cohort-ordered, like Cohort::ids.
 struct AsyncRound {
-  /// The versions the step's clients started from, stacked per parameter: [V, ...].
+  /// The versions the step's clients started from: the j-th (j = 0 .. V - 1) under "<j>/<param>".
   TensorTree versions;
-  at::Tensor version;    ///< [N] int64: each client's row of `versions`
+  at::Tensor version;    ///< [N] int64: each client's j
   at::Tensor staleness;  ///< [N] int64: server steps since that version
 };
 
