@@ -268,6 +268,13 @@ PY
     run_expect 2 "^fax-run: algorithm plugin 'throwing' \(.*\) failed in init\(\): boom from the plugin$" -- \
       "$FAX_RUN" run "$WORK/throwing.yaml" -q -o "$WORK/t.h5" --plugin-dir "$BAD_PLUGIN_DIR" \
       --set algorithm.throw_in=init --set algorithm.throw_what=std
+    # A run failing in round 41 keeps the 40 rounds it finished, although rounds this short are
+    # committed to the log only about once a second (and no checkpoint came in between).
+    run_expect 2 "failed in round\(\): boom from the plugin$" -- "$FAX_RUN" run "$WORK/throwing.yaml" -q \
+      -o "$WORK/late.h5" --plugin-dir "$BAD_PLUGIN_DIR" --set rounds=60 --set algorithm.throw_from_round=40 \
+      --set algorithm.throw_what=std --set logging.checkpoint_every=0 --set logging.eval_every=0
+    "$PYTHON" -c 'import sys, h5py; r = h5py.File(sys.argv[1])["metrics/round"][()]; assert list(r) == list(range(1, 41)), r' \
+      "$WORK/late.h5" || fail "the failed run's log lost finished rounds"
     ;;
   malformed_logs)
     # Logs whose objects have the wrong type, shape or name: inspect, plot and resume refuse them

@@ -12,18 +12,20 @@ class Throwing final : public fax::Algorithm {
   static constexpr const char* description = "throws from init or round (tests)";
   static std::vector<fax::ConfigKey> keys() {
     return {fax::string_key("throw_in", "round", "where to throw", {"init", "round"}),
-            fax::string_key("throw_what", "int", "what to throw", {"int", "std"})};
+            fax::string_key("throw_what", "int", "what to throw", {"int", "std"}),
+            fax::int_key("throw_from_round", "0", "round() throws from this (0-based) round on", 0)};
   }
 
   fax::ServerState init(const fax::Config& config, const fax::Model&, fax::TensorTree params) override {
     in_round_ = config.get_string("algorithm.throw_in") == "round";
     throw_int_ = config.get_string("algorithm.throw_what") == "int";
+    from_round_ = config.get_int("algorithm.throw_from_round");
     if (!in_round_) fail();
     return {std::move(params), {}};
   }
 
-  fax::RoundMetrics round(fax::ServerState&, fax::RoundContext&) const override {
-    fail();
+  fax::RoundMetrics round(fax::ServerState&, fax::RoundContext& ctx) const override {
+    if (ctx.round >= from_round_) fail();
     return {};
   }
 
@@ -34,6 +36,7 @@ class Throwing final : public fax::Algorithm {
   }
   bool in_round_ = true;
   bool throw_int_ = true;
+  int64_t from_round_ = 0;
 };
 
 }  // namespace
