@@ -340,9 +340,9 @@ SimTime SimulatedClock::duration(int64_t client, int64_t round, int64_t examples
                          lognormal(o_.jitter, seed_ ^ kJitterDomain, round, client);
   const double seconds =
       s.latency_s + static_cast<double>(down_bits) / s.down_bps + compute + static_cast<double>(up_bits) / s.up_bps;
-  FAX_CHECK(seconds <= kMaxSeconds, "round {}: client {} would take {:g} simulated seconds (over 1e9: its "
-            "clients.speed / clients.network settings or trace row are out of any realistic range)", round + 1, client,
-            seconds);
+  FAX_CHECK(seconds <= kMaxSeconds, "{} {}: client {} would take {:g} simulated seconds (over 1e9: its "
+            "clients.speed / clients.network settings or trace row are out of any realistic range)",
+            o_.concurrency > 0 ? "dispatch" : "round", round + 1, client, seconds);
   return to_sim_time(seconds);
 }
 
@@ -462,14 +462,29 @@ bool arrives_later(const Flight& a, const Flight& b) {
 }
 }  // namespace
 
+int64_t AsyncSchedule::pick_free() {
+  const auto free = [&](int64_t c) { return busy_.count(c) == 0 && clock_.available(c, now_); };
+  // The attempts go on where the last refill of this dispatch stopped: each try is a new draw.
+  for (int64_t tries = 0; tries < kMaxPickAttempts; ++tries) {
+    const int64_t c = pick_(dispatches_, attempt_++);
+    if (free(c)) return c;
+  }
+  // When most clients are busy (a buffer near the population), draws rarely find the few free
+  // ones: look at every client, from a drawn one on.
+  if (static_cast<int64_t>(busy_.size()) * 2 < population_) return -1;
+  const int64_t from = pick_(dispatches_, attempt_++);
+  for (int64_t i = 0; i < population_; ++i) {
+    const int64_t c = (from + i) % population_;
+    if (free(c)) return c;
+  }
+  return -1;
+}
+
 void AsyncSchedule::refill() {
   while (static_cast<int64_t>(in_flight_.size()) < o_.concurrency) {
-    int64_t client = -1;
-    for (int64_t attempt = 0; attempt < kMaxPickAttempts && client < 0; ++attempt) {
-      const int64_t c = pick_(dispatches_, attempt);
-      if (busy_.count(c) == 0 && clock_.available(c, now_)) client = c;
-    }
+    const int64_t client = pick_free();
     if (client < 0) return;  // the slot waits for the next event
+    attempt_ = 0;
     const SimTime d = duration_(client, dispatches_);
     FAX_CHECK(now_ <= kForever - d, "dispatch {}: the simulated time passes 292,000 years", dispatches_ + 1);
     const SimTime finish = now_ + d;
@@ -484,12 +499,15 @@ void AsyncSchedule::refill() {
 AsyncStep AsyncSchedule::next() {
   AsyncStep step;
   const SimTime since = now_;
+  const auto in_flight_at_start = static_cast<double>(in_flight_.size());
   double busy_time = 0;  // sum over in-flight clients of their time in flight since `since`
+  const SimTime retry = to_sim_time(clock_.options().retry_s);
   for (int64_t idle = 0; static_cast<int64_t>(buffer_.size()) < o_.buffer;) {
     if (in_flight_.empty()) {
-      FAX_CHECK(++idle < kMaxIdleWaits, "no client became available in {} simulated seconds (cohort.retry_s x {})",
-                to_seconds(idle * to_sim_time(clock_.options().retry_s)), kMaxIdleWaits);
-      now_ += to_sim_time(clock_.options().retry_s);
+      FAX_CHECK(++idle < kMaxIdleWaits, "no client became available in {:g} simulated seconds (cohort.retry_s x {})",
+                static_cast<double>(idle) * clock_.options().retry_s, kMaxIdleWaits);
+      FAX_CHECK(now_ <= kForever - retry, "waiting for an available client, the simulated time passes 292,000 years");
+      now_ += retry;
       refill();
       continue;
     }
@@ -514,7 +532,7 @@ AsyncStep AsyncSchedule::next() {
   step.updates = std::move(buffer_);
   buffer_.clear();
   step.time = now_;
-  step.concurrency = now_ > since ? busy_time / static_cast<double>(now_ - since) : static_cast<double>(in_flight_.size());
+  step.concurrency = now_ > since ? busy_time / static_cast<double>(now_ - since) : in_flight_at_start;
   ++version_;
   refill();
   return step;
@@ -522,8 +540,11 @@ AsyncStep AsyncSchedule::next() {
 
 std::vector<int64_t> AsyncSchedule::live_versions() const {
   std::vector<int64_t> versions;
-  for (const Flight& f : in_flight_)
-    if (f.update.start_version < version_) versions.push_back(f.update.start_version);
+  for (const Flight& f : in_flight_) {
+    // A client that will leave, or whose update is already too stale, never needs its version.
+    const bool dropped = f.lost || (o_.max_staleness >= 0 && version_ - f.update.start_version > o_.max_staleness);
+    if (f.update.start_version < version_ && !dropped) versions.push_back(f.update.start_version);
+  }
   std::sort(versions.begin(), versions.end());
   versions.erase(std::unique(versions.begin(), versions.end()), versions.end());
   return versions;

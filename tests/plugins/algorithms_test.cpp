@@ -305,9 +305,9 @@ TEST_F(AlgorithmsTest, FedNovaMatchesAHandComputedRound) {
   EXPECT_TRUE(at::allclose(nova.params.at("w"), fedavg.params.at("w"), 1e-12, 1e-14));
 }
 
-// An asynchronous step by hand: the server is at version 1 (v1 = v0 + noise); client 0 started
-// from v1 (staleness 0), clients 1 and 2 from v0 two and three steps ago. Each trains E = 2
-// full-batch steps from its own start, Delta_i = start_i - trained_i, s_i = s(tau_i).
+// An asynchronous step by hand: the server is at version 2 (each version the last plus noise);
+// client 0 started from v2 (staleness 0), client 1 from v1, client 2 from v0 (staleness 1 and 2).
+// Each trains E = 2 full-batch steps from its own start, Delta_i = start_i - trained_i, s_i = s(tau_i).
 //   FedBuff:  x -= server_lr sum_i n_i s_i Delta_i / sum_i n_i
 //   FedAsync: x -= alpha sum_i n_i s_i ((x - start_i) + Delta_i) / sum_i n_i
 // (with one client: x = (1 - alpha s) x + alpha s trained, the paper's mixing).
@@ -315,20 +315,23 @@ TEST_F(AlgorithmsTest, FedBuffAndFedAsyncMatchHandComputedSteps) {
   const double lr = 0.3;
   const TensorTree v0 = initial;
   const TensorTree v1{{"w", v0.at("w") + 0.1 * at::randn({3, 2}, at::kDouble)}, {"b", v0.at("b") + 0.05}};
-  const std::vector<const TensorTree*> start{&v1, &v0, &v0};
-  const std::vector<int64_t> tau{0, 2, 3};
-  async = AsyncRound{join({prefixed(v0, "0/"), prefixed(v1, "1/")}), at::tensor({1, 0, 0}, at::kLong),
-                     at::tensor(tau, at::kLong)};
-  initial = v1;
+  const TensorTree v2{{"w", v1.at("w") + 0.1 * at::randn({3, 2}, at::kDouble)}, {"b", v1.at("b") - 0.03}};
+  const std::vector<const TensorTree*> start{&v2, &v1, &v0};
+  const std::vector<int64_t> tau{0, 1, 2};
+  // The step's distinct versions in version order (v0, v1, v2), each client's among them.
+  async = AsyncRound{join({prefixed(v0, "0/"), prefixed(v1, "1/"), prefixed(v2, "2/")}),
+                     at::tensor({2, 1, 0}, at::kLong), at::tensor(tau, at::kLong)};
+  const TensorTree& v_now = v2;
+  initial = v2;
   const auto by_hand = [&](const std::function<double(int64_t)>& s, bool mix, double rate) {
-    at::Tensor w = v1.at("w").clone(), b = v1.at("b").clone();
+    at::Tensor w = v_now.at("w").clone(), b = v_now.at("b").clone();
     for (int64_t i = 0; i < 3; ++i) {
       const at::Tensor& sw = start[i]->at("w");
       const at::Tensor& sb = start[i]->at("b");
       const auto [cw, cb] = local(i, sw, sb, 2, lr);
       const double f = rate * weight(i) * s(tau[i]) / total_weight();
-      w -= f * ((sw - cw) + (mix ? v1.at("w") - sw : at::zeros_like(sw)));
-      b -= f * ((sb - cb) + (mix ? v1.at("b") - sb : at::zeros_like(sb)));
+      w -= f * ((sw - cw) + (mix ? v_now.at("w") - sw : at::zeros_like(sw)));
+      b -= f * ((sb - cb) + (mix ? v_now.at("b") - sb : at::zeros_like(sb)));
     }
     return TensorTree{{"w", w}, {"b", b}};
   };
@@ -337,11 +340,11 @@ TEST_F(AlgorithmsTest, FedBuffAndFedAsyncMatchHandComputedSteps) {
       EXPECT_TRUE(at::allclose(fax.at(leaf), hand.at(leaf), 1e-10, 1e-12)) << leaf << fax.at(leaf) << hand.at(leaf);
   };
   const std::vector<std::string> client{"client_lr=0.3", "local_epochs=2", "batch_size=0"};
-  // FedBuff's 1 / sqrt(1 + tau); a hinge at b = 2 with slope 2 (1, 1, 1/3); constant weights.
+  // FedBuff's 1 / sqrt(1 + tau); a hinge at b = 1 with slope 2 (1, 1, 1/3); constant weights.
   expect_close(run_plugin("fedbuff", join_settings(client, {"server_lr=0.8"}), 1).params,
                by_hand([](int64_t t) { return 1 / std::sqrt(1.0 + t); }, false, 0.8));
-  expect_close(run_plugin("fedbuff", join_settings(client, {"staleness=hinge", "staleness_a=2", "staleness_b=2"}), 1).params,
-               by_hand([](int64_t t) { return t <= 2 ? 1.0 : 1 / (2.0 * (t - 2) + 1); }, false, 1.0));
+  expect_close(run_plugin("fedbuff", join_settings(client, {"staleness=hinge", "staleness_a=2", "staleness_b=1"}), 1).params,
+               by_hand([](int64_t t) { return t <= 1 ? 1.0 : 1 / (2.0 * (t - 1) + 1); }, false, 1.0));
   expect_close(run_plugin("fedbuff", join_settings(client, {"staleness=constant"}), 1).params,
                by_hand([](int64_t) { return 1.0; }, false, 1.0));
   expect_close(run_plugin("fedasync", join_settings(client, {"alpha=0.6", "staleness_a=1"}), 1).params,

@@ -1,5 +1,6 @@
 // The simulated clock: hand-computed timelines of synchronous rounds, client systems drawn from the
 // seed or read from traces, availability, and the trace files' validation.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -253,6 +254,41 @@ TEST(Clock, AsynchronousStalenessLimitDropsAndTheSeedDecides) {
   };
   EXPECT_EQ(steps(1), steps(1));
   EXPECT_NE(steps(1), steps(2));
+}
+
+// A buffer of 99 of 100 clients: the few free ones are found at once (draws, then a scan), so
+// 5 in flight with every client taking 2 s make the step in 20 waves of 2 s, every slot busy.
+TEST(Clock, AsynchronousRefillFindsTheLastFreeClients) {
+  SimulatedClock::Options o;
+  o.speed = "constant";
+  o.s_per_example = 2;
+  o.latency_s = 0;
+  const SimulatedClock clock(o, 0);
+  AsyncSchedule schedule(clock, {5, 99, -1}, 100, 0, [&](int64_t c, int64_t d) { return clock.duration(c, d, 1, 0, 0); });
+  const AsyncStep step = schedule.next();
+  std::vector<int64_t> ids;
+  for (const AsyncUpdate& u : step.updates) ids.push_back(u.client);
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(std::unique(ids.begin(), ids.end()) - ids.begin(), 99);
+  EXPECT_EQ(step.time, 40 * kS);
+  EXPECT_DOUBLE_EQ(step.concurrency, 5.0);
+  // One in flight: 99 dispatches one after another, no wait for cohort.retry_s.
+  AsyncSchedule one(clock, {1, 99, -1}, 100, 0, [&](int64_t c, int64_t d) { return clock.duration(c, d, 1, 0, 0); });
+  EXPECT_EQ(one.next().time, 99 * 2 * kS);
+}
+
+// Nobody available for ages: the wait is refused before the simulated time overflows.
+TEST(Clock, AsynchronousWaitingRefusesToOverflowTime) {
+  SimulatedClock::Options o;
+  o.speed = "constant";
+  o.availability = "probability";
+  o.probability = 1e-9;
+  o.slot_s = 1e9;
+  o.retry_s = 1e9;
+  const SimulatedClock clock(o, 0);
+  AsyncSchedule schedule(clock, {1, 1, -1}, 3, 0, [&](int64_t c, int64_t d) { return clock.duration(c, d, 1, 0, 0); });
+  const std::string error = test::error_of([&] { schedule.next(); });
+  EXPECT_NE(error.find("the simulated time passes 292,000 years"), std::string::npos) << error;
 }
 
 TEST(Clock, LocalExamplesCountEveryStepsSlots) {

@@ -150,7 +150,9 @@ struct AsyncStep {
 /// from the model version current when it starts; arrivals are buffered, and every `buffer` of them
 /// make a server step; a freed slot is refilled at once (after the step, so from the new version)
 /// with a client drawn from the seed's stream among those available and not already in flight or
-/// buffered (so a client is in a step at most once). An update staler than `max_staleness` steps
+/// buffered (so a client is in a step at most once): 64 draws, then, when most of the population
+/// is busy, the first free one from a drawn client on; when none is found the slot waits for the
+/// next event (or, with nobody in flight, cohort.retry_s). An update staler than `max_staleness` steps
 /// (>= 0) is dropped. Like sync_round, a pure function of the seed, the settings and the traces:
 /// a resume replays it to the step it continues from.
 class AsyncSchedule {
@@ -173,12 +175,14 @@ class AsyncSchedule {
   SimTime now() const { return now_; }
   /// Clients dispatched so far.
   int64_t dispatches() const { return dispatches_; }
-  /// The model versions older than version() that a client in flight started from: what a
-  /// checkpoint must keep to continue.
+  /// The model versions older than version() that a client in flight started from, but for clients
+  /// that will leave or whose update is already too stale: what a checkpoint must keep to continue.
   std::vector<int64_t> live_versions() const;
 
  private:
   void refill();
+  // A client free (not in flight or buffered) and available now for the next dispatch, or -1.
+  int64_t pick_free();
 
   const SimulatedClock& clock_;
   Options o_;
@@ -189,6 +193,7 @@ class AsyncSchedule {
   SimTime now_ = 0;
   int64_t version_ = 0;
   int64_t dispatches_ = 0;
+  int64_t attempt_ = 0;  // draws made for the next dispatch so far
   struct Flight {
     AsyncUpdate update;  // finish: when it arrives, or leaves when `lost`
     bool lost = false;
