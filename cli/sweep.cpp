@@ -32,6 +32,7 @@
 #include <fax/base/error.h>
 #include <fax/io/config_yaml.h>
 #include <fax/io/run_log.h>
+#include <fax/runtime/experiment.h>
 #include <fax/tools/sweep.h>
 
 #include "commands.h"
@@ -205,6 +206,11 @@ int sweep_command(const SweepOptions& options) {
     for (const auto& [key, value] : t.overrides) overrides.push_back(key + "=" + value);
     try {
       const ExperimentSetup setup = load_experiment(options.experiment, overrides, loader);
+      // What the run refuses before it reads data: the mesh, the clock (and its traces), and
+      // asynchronous training's settings against the algorithm.
+      mesh_options(setup.config);
+      SimulatedClock::from_config(setup.config);
+      check_asynchronous(setup.config, *setup.plugin->create());
       const int64_t executors = setup.config.get_int("execution.executors");
       automatic_executors.push_back(executors == 0);
       executors_per_trial = std::max(executors_per_trial, executors);

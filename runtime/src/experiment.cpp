@@ -111,6 +111,24 @@ MeshOptions mesh_options(const Config& config) {
   return o;
 }
 
+void check_asynchronous(const Config& config, const Algorithm& algorithm) {
+  const int64_t concurrency = config.get_int("cohort.concurrency");
+  const std::string algorithm_origin = config.origin("algorithm.name").str();
+  if (algorithm.asynchronous()) {
+    FAX_CHECK(config.get_string("clients.speed.distribution") != "none",
+              "{}: algorithm {} trains asynchronously, on the simulated clock: set clients.speed.distribution and "
+              "cohort.concurrency", algorithm_origin, config.get_string("algorithm.name"));
+    FAX_CHECK(concurrency > 0, "{}: algorithm {} trains asynchronously: set cohort.concurrency, the clients training "
+              "at once", algorithm_origin, config.get_string("algorithm.name"));
+    FAX_CHECK(sampling(config) == Sampling::uniform,
+              "{}: cohort.sampling poisson draws whole rounds; asynchronous training dispatches clients one at a time "
+              "(use uniform)", config.origin("cohort.sampling").str());
+  } else {
+    FAX_CHECK(concurrency == 0, "{}: cohort.concurrency is for asynchronous algorithms (fedbuff, fedasync); {} runs "
+              "synchronous rounds", config.origin("cohort.concurrency").str(), config.get_string("algorithm.name"));
+  }
+}
+
 Sampling sampling(const Config& config) {
   return config.get_string("cohort.sampling") == "poisson" ? Sampling::poisson : Sampling::uniform;
 }
@@ -159,23 +177,10 @@ Experiment::Experiment(const Config& config, Algorithm& algorithm, const Model& 
   FAX_CHECK(config.get_int("cohort.size") <= data.num_clients(),
             "{}: cohort.size ({}) is larger than the population of {}", config.origin("cohort.size").str(),
             config.get_int("cohort.size"), data.describe());
-  const int64_t concurrency = config.get_int("cohort.concurrency");
-  const std::string algorithm_origin = config.origin("algorithm.name").str();
-  if (asynchronous_) {
-    FAX_CHECK(config.get_string("clients.speed.distribution") != "none",
-              "{}: algorithm {} trains asynchronously, on the simulated clock: set clients.speed.distribution and "
-              "cohort.concurrency", algorithm_origin, config.get_string("algorithm.name"));
-    FAX_CHECK(concurrency > 0, "{}: algorithm {} trains asynchronously: set cohort.concurrency, the clients training "
-              "at once", algorithm_origin, config.get_string("algorithm.name"));
-    FAX_CHECK(concurrency <= data.num_clients(), "{}: cohort.concurrency ({}) is larger than the population of {}",
-              config.origin("cohort.concurrency").str(), concurrency, data.describe());
-    FAX_CHECK(sampling_ == Sampling::uniform,
-              "{}: cohort.sampling poisson draws whole rounds; asynchronous training dispatches clients one at a time "
-              "(use uniform)", config.origin("cohort.sampling").str());
-  } else {
-    FAX_CHECK(concurrency == 0, "{}: cohort.concurrency is for asynchronous algorithms (fedbuff, fedasync); {} runs "
-              "synchronous rounds", config.origin("cohort.concurrency").str(), config.get_string("algorithm.name"));
-  }
+  check_asynchronous(config, algorithm);
+  FAX_CHECK(!asynchronous_ || config.get_int("cohort.concurrency") <= data.num_clients(),
+            "{}: cohort.concurrency ({}) is larger than the population of {}", config.origin("cohort.concurrency").str(),
+            config.get_int("cohort.concurrency"), data.describe());
   if (remote_ != nullptr) {
     mesh_options_.executors = static_cast<int>(std::clamp<int64_t>(remote_->ready_workers(), 1, mesh_options_.logical_shards));
   }

@@ -1291,6 +1291,14 @@ PY
       "$FAX_RUN" sweep "$experiment" -o "$WORK/bad" --grid algorithm.client_lr=0.1,fast
     [[ ! -e "$WORK/bad" ]] || fail "a sweep that cannot start created its directory"
     run_expect 2 "--grid: 'rounds' is not key=value" -- "$FAX_RUN" sweep "$experiment" --grid rounds
+    # Settings that do not go together are refused for the trial before any trial runs: the mesh,
+    # asynchronous training without cohort.concurrency.
+    run_expect 2 "^fax-run: trial-0001 \(cohort\.size=1\): .*execution\.logical_shards \(2\) exceeds cohort\.size \(1\)" -- \
+      "$FAX_RUN" sweep "$experiment" -o "$WORK/bad" --dry-run --grid cohort.size=1,4
+    run_expect 2 "^fax-run: trial-0001 \(cohort\.concurrency=0\): .*algorithm fedbuff trains asynchronously: set cohort\.concurrency" -- \
+      "$FAX_RUN" sweep "$experiment" -o "$WORK/bad" --dry-run --set algorithm.name=fedbuff \
+      --set clients.speed.distribution=lognormal --grid cohort.concurrency=0,20
+    [[ ! -e "$WORK/bad" ]] || fail "a refused sweep created its directory"
     # A trial that fails at run time fails alone; the sweep reports it and exits 2.
     run_expect 2 "^fax-run: 1 of 2 trials failed" -- "$FAX_RUN" sweep "$experiment" -o "$WORK/fails" --set rounds=3 \
       --grid cohort.size=5,1000

@@ -26,6 +26,11 @@ Schema experiment_schema();
 /// logical shards).
 MeshOptions mesh_options(const Config& config);
 
+/// Refuses asynchronous-training settings `algorithm` cannot run with (Algorithm::asynchronous):
+/// an asynchronous algorithm needs the simulated clock, cohort.concurrency and uniform sampling; a
+/// synchronous one refuses cohort.concurrency. The population's bound is the Experiment's.
+void check_asynchronous(const Config& config, const Algorithm& algorithm);
+
 /// How a round's clients are drawn (cohort.sampling).
 enum class Sampling { uniform, poisson };
 Sampling sampling(const Config& config);
