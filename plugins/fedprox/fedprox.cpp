@@ -34,8 +34,9 @@ class FedProx final : public fax::Algorithm {
     training_.customize = [mu](const fax::ClientChunk&, const fax::TensorTree& start) {
       const fax::TensorTree anchor = fax::detach(start);
       fax::LocalSgdOptions options;
-      options.penalty = [mu, anchor](const fax::TensorTree& w) {
-        return 0.5 * mu * fax::row_sums(fax::sub(w, anchor).map([](const at::Tensor& d) { return d * d; }));
+      options.penalty = [mu, anchor](const fax::TensorTree& w, const at::Tensor& clients) {
+        const fax::TensorTree rows = clients.defined() ? anchor.map([&](const at::Tensor& a) { return a.index_select(0, clients); }) : anchor;
+        return 0.5 * mu * fax::row_sums(fax::sub(w, rows).map([](const at::Tensor& d) { return d * d; }));
       };
       return options;
     };

@@ -236,6 +236,73 @@ TEST_F(LocalTrainingTest, ClientsWithFewerStepsStayPut) {
   EXPECT_FALSE(at::allclose(in_chunk, params.at("w").flatten())) << "the client did not train at all";
 }
 
+// A client whose steps are over leaves the chunk's computation: the batch rows computed drop from
+// (steps x clients x width) to those of the clients still training, and every client ends with the
+// bits it gets trained alone (factored: the client still training). Client 1 has 12 examples, 0
+// has 5, 2 has 3. Autograd steps (with momentum, a per-client correction and a proximal penalty,
+// all narrowed as clients leave) at B = 3: 4, 2 and 1 steps, so 9 + 6 + 3 + 3 rows instead of
+// 4 x 9; the factored MLP at B = 1 over two epochs: 24, 10 and 6 steps in blocks of 20 (40
+// outputs), so 3 x 20 + 4 rows instead of 3 x 24.
+TEST_F(LocalTrainingTest, ClientsWhoseStepsAreOverLeaveTheComputation) {
+  const Mlp mlp({4}, {40}, 3);
+  const TensorTree mlp_init = mlp.init(at::make_generator<at::CPUGeneratorImpl>(3));
+  const TensorTree correction = repeat_rows(params, 3).map([](const at::Tensor& t) { return at::randn_like(t) * 0.01; });
+  struct Case {
+    const char* name;
+    const Model& model;
+    const TensorTree& init;
+    int64_t epochs, batch, rows;
+  };
+  for (const Case& c : {Case{"autograd steps", model, params, 1, 3, 21}, Case{"factored MLP", mlp, mlp_init, 2, 1, 64}}) {
+    SCOPED_TRACE(c.name);
+    LocalSgdOptions options;
+    if (&c.model == &model) {
+      options.factor_input_layer = false;
+      options.momentum = 0.9;
+    }
+    auto trained = [&](const ClientChunk& chunk) {
+      LocalSgdOptions o = options;
+      if (o.momentum != 0.0) {
+        // Per client by id: the correction, and a proximal term's anchor (FedProx's penalty).
+        TensorTree anchor;
+        for (const auto& [name, t] : correction) {
+          std::vector<at::Tensor> rows;
+          for (int64_t i = 0; i < chunk.size; ++i) rows.push_back(t[chunk.client_id(i)]);
+          o.correction.set(name, at::stack(rows));
+          anchor.set(name, at::stack(rows) * 10);
+        }
+        o.penalty = [anchor](const TensorTree& p, const at::Tensor& clients) {
+          at::Tensor total;
+          for (const auto& [name, a] : anchor) {
+            const at::Tensor d = p.at(name) - (clients.defined() ? a.index_select(0, clients) : a);
+            const at::Tensor term = d.pow(2).flatten(1).sum(1);
+            total = total.defined() ? total + term : term;
+          }
+          return 0.05 * total;
+        };
+      }
+      const LocalSgdResult r = local_sgd(c.model, ClientBatches(chunk, *data, c.epochs, c.batch),
+                                         repeat_rows(c.init, chunk.size), at::scalar_tensor(0.3), o);
+      std::vector<at::Tensor> rows;
+      for (const auto& [name, t] : r.params) rows.push_back(t.flatten(1));
+      rows.push_back(r.loss.unsqueeze(1));
+      return at::cat(rows, 1);
+    };
+    const RowSteps before = local_training_row_steps();
+    const at::Tensor together = on_chunk({1, 0, 2}, trained);
+    const RowSteps after = local_training_row_steps();
+    EXPECT_EQ(after.computed - before.computed, c.rows);
+    EXPECT_EQ(after.real - before.real, c.epochs * 20);
+    // Factored, a block's products run over its steps, so a client that stops inside a block gets
+    // other roundings alone (a shorter block) than in its chunk, leaving or not: close, not equal.
+    for (const auto& [row, id] : {std::pair{0, 1}, {1, 0}, {2, 2}}) {
+      const at::Tensor alone = on_chunk({id}, trained)[0];
+      if (&c.model == &model || id == 1) EXPECT_TRUE(at::equal(together[row], alone)) << "client " << id;
+      else EXPECT_TRUE(at::allclose(together[row], alone, 1e-5, 1e-6)) << "client " << id;
+    }
+  }
+}
+
 // With create_graph the trained parameters stay differentiable in the learning rate (the client
 // learning-rate hypergradient): d/d lr of |w_final|^2 + loss against central differences.
 TEST_F(LocalTrainingTest, CreateGraphDifferentiatesThroughTheSteps) {
@@ -359,7 +426,7 @@ TEST_F(LocalTrainingTest, FactoringStepsAsideForGraphsAndPenalties) {
     return on_chunk({1}, [&](const ClientChunk& c) {
       LocalSgdOptions options;
       options.factor_input_layer = factor;
-      if (penalty) options.penalty = [](const TensorTree& p) { return p.at("l1.b").pow(2).sum(1); };
+      if (penalty) options.penalty = [](const TensorTree& p, const at::Tensor&) { return p.at("l1.b").pow(2).sum(1); };
       return local_sgd(mlp, ClientBatches(c, *data, 1, 2), start, at::scalar_tensor(0.3), options).params.at("l0.w");
     });
   };

@@ -1,6 +1,7 @@
 #include <fax/train/local_training.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <optional>
 
@@ -117,6 +118,7 @@ ClientBatches::ClientBatches(const ClientChunk& chunk, const FederatedDataset& d
   if (k > 0) {  // else there is no step
     widths_ = per_step(counts_.amax(1));
     fewest_ = per_step(counts_.amin(1));
+    real_ = per_step(counts_.sum(1));
   }
   examples_ = at::tensor(sizes, at::kLong).to(weight_type);
 }
@@ -135,22 +137,96 @@ Batch ClientBatches::gather(const at::Tensor& index, const at::Tensor& mask, con
   return {x, y_.index_select(0, flat).view(shape(y_)), mask};
 }
 
-Batch ClientBatches::batch(int64_t step) const {
+namespace {
+// The rows of `t` (clients on dimension `dim`) of chunk positions `clients`; undefined: all.
+at::Tensor of_clients(const at::Tensor& t, int64_t dim, const at::Tensor& clients) {
+  return clients.defined() ? t.index_select(dim, clients) : t;
+}
+}  // namespace
+
+Batch ClientBatches::batch(int64_t step, const at::Tensor& clients) const {
   const int64_t width = widths_.at(step);
-  return gather(index_[step].narrow(1, 0, width), mask_[step].narrow(1, 0, width),
-                augmentation_ ? draws_[step].narrow(1, 0, width) : at::Tensor());
+  return gather(of_clients(index_[step], 0, clients).narrow(1, 0, width),
+                of_clients(mask_[step], 0, clients).narrow(1, 0, width),
+                augmentation_ ? of_clients(draws_[step], 0, clients).narrow(1, 0, width) : at::Tensor());
 }
 
-Batch ClientBatches::batches(int64_t first, int64_t count) const {
-  const int64_t k = clients();
+Batch ClientBatches::batches(int64_t first, int64_t count, const at::Tensor& clients) const {
+  const int64_t k = clients.defined() ? clients.size(0) : this->clients();
   const int64_t rows = count * batch_size();
   // [count, k, B] -> [k, count * B]: each client's steps back to back.
-  return gather(index_.narrow(0, first, count).transpose(0, 1).reshape({k, rows}),
-                mask_.narrow(0, first, count).transpose(0, 1).reshape({k, rows}),
-                augmentation_ ? draws_.narrow(0, first, count).transpose(0, 1).reshape({k, rows, 3}) : at::Tensor());
+  const auto back_to_back = [&](const at::Tensor& t, std::vector<int64_t> shape) {
+    return of_clients(t.narrow(0, first, count), 1, clients).transpose(0, 1).reshape(shape);
+  };
+  return gather(back_to_back(index_, {k, rows}), back_to_back(mask_, {k, rows}),
+                augmentation_ ? back_to_back(draws_, {k, rows, 3}) : at::Tensor());
 }
 
 namespace {
+std::atomic<int64_t> computed_rows{0};
+std::atomic<int64_t> real_rows{0};
+
+// The clients of a chunk still training. A client's steps are the chunk's first ones, so once they
+// are over it leaves: its rows of the trained tensors are set aside as final, and the steps go on
+// with the others' rows only (the rows of a batched product do not depend on one another, so this
+// changes no bit of theirs).
+class LiveClients {
+ public:
+  explicit LiveClients(const ClientBatches& batches) {
+    const at::Tensor steps = batches.client_steps().to(at::kLong).contiguous();
+    steps_.assign(steps.data_ptr<int64_t>(), steps.data_ptr<int64_t>() + steps.numel());
+    for (int64_t i = 0; i < static_cast<int64_t>(steps_.size()); ++i) live_.push_back(i);
+  }
+
+  // Before step `s`: whether clients left since the last call; then each live tensor goes
+  // through retire().
+  bool leave(int64_t s) {
+    std::vector<int64_t> keep, drop, still;
+    for (int64_t j = 0; j < static_cast<int64_t>(live_.size()); ++j) {
+      (steps_[live_[j]] > s ? keep : drop).push_back(j);
+      if (steps_[live_[j]] > s) still.push_back(live_[j]);
+    }
+    if (drop.empty()) return false;
+    leaving_ = at::tensor(drop, at::kLong);
+    leaving_positions_ = clients_.defined() ? clients_.index_select(0, leaving_) : leaving_;
+    keep_ = at::tensor(keep, at::kLong);
+    live_ = std::move(still);
+    clients_ = at::tensor(live_, at::kLong);
+    return true;
+  }
+
+  // The rows of `t` (a live tensor) of the clients still training. With `name`, the rows of the
+  // clients leaving are that leaf's final rows.
+  at::Tensor retire(const at::Tensor& t, const std::string& name = {}) {
+    if (!name.empty()) {
+      at::Tensor& out = final_[name];
+      if (!out.defined()) out = t.detach();  // every client was live: t holds each row
+      else out.index_copy_(0, leaving_positions_, t.detach().index_select(0, leaving_));
+    }
+    return t.index_select(0, keep_);
+  }
+
+  // The chunk positions of the clients still training; undefined while they all are.
+  const at::Tensor& clients() const { return clients_; }
+  int64_t size() const { return static_cast<int64_t>(live_.size()); }
+
+  // Every client's final rows: `live`'s (the clients still training) and those set aside.
+  TensorTree result(const TensorTree& live) {
+    TensorTree out;
+    for (const auto& [name, t] : live) {
+      auto it = final_.find(name);
+      out.set(name, it == final_.end() ? t.detach() : it->second.index_copy_(0, clients_, t.detach()));
+    }
+    return out;
+  }
+
+ private:
+  std::vector<int64_t> steps_;  // per client of the chunk
+  std::vector<int64_t> live_;   // chunk positions
+  at::Tensor clients_, keep_, leaving_, leaving_positions_;
+  std::map<std::string, at::Tensor> final_;
+};
+
 // One step of a chunk: each client's objective (the masked mean cross-entropy of its batch) and
 // step size, [k] each.
 struct Step {
@@ -173,13 +249,16 @@ class StepTracker {
         seen_(batches.counts().sum(0)),
         batches_(batches) {}
 
-  // Step `s`, whose batch is `batch`.
-  Step step(int64_t s, const at::Tensor& logits, const Batch& batch) {
+  // Step `s`, whose batch is `batch`, of the chunk's clients `clients` (undefined: all).
+  Step step(int64_t s, const at::Tensor& logits, const Batch& batch, const at::Tensor& clients) {
     const at::Tensor losses = per_example(model_.loss(logits, batch.y), 2);
     // Every slot real: the mask is all ones, and multiplying by it would change no bit.
     const at::Tensor total = (batches_.fewest(s) == batch.mask.size(1) ? losses : losses * batch.mask).sum(1);
-    sum_ += total.detach();
-    return {total / divisor_.at(s), rates_.at(s)};
+    if (clients.defined()) sum_.index_add_(0, clients, total.detach());
+    else sum_ += total.detach();
+    computed_rows.fetch_add(batch.mask.numel(), std::memory_order_relaxed);
+    real_rows.fetch_add(batches_.real(s), std::memory_order_relaxed);
+    return {total / of_clients(divisor_.at(s), 0, clients), of_clients(rates_.at(s), 0, clients)};
   }
   at::Tensor mean() const { return sum_ / seen_.clamp_min(1.0); }
 
@@ -251,12 +330,20 @@ std::vector<at::Tensor> client_gradients(const at::Tensor& per_client, const std
   return torch::autograd::grad({per_client.sum()}, inputs, {}, create_graph, create_graph);
 }
 
+// The leaves of `params` for the clients still training (LiveClients::leave), trained leaves
+// ready to differentiate again.
+TensorTree retire_leaves(const Model& model, LiveClients& live, const TensorTree& params) {
+  TensorTree out;
+  for (const auto& [name, t] : params) out.set(name, live.retire(t.detach(), name).requires_grad_(!model.is_buffer(name)));
+  return out;
+}
+
 // local_sgd with the input layer in factored form (LocalSgdOptions::factor_input_layer): blocks of
 // steps; in a block, z_s = (x_s W) + b_s - sum_{t<s in block} (x_s x_t^T) u_t with x = f(input),
 // and at its end W -= X^T U. The other leaves (f's too) step through autograd as usual, from z.
 LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, const ClientBatches& batches,
                                   const TensorTree& start, const at::Tensor& step_size, bool defer) {
-  const int64_t k = batches.clients(), b = batches.batch_size();
+  const int64_t b = batches.batch_size();
   at::Tensor w = start.at(layer.weight).detach();  // [k, d, h]
   at::Tensor bias = start.at(layer.bias).detach().clone();
   FAX_CHECK(w.dim() == 3 && bias.dim() == 2, "{}: the input layer {} needs a clients axis", model.describe(),
@@ -269,16 +356,26 @@ LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, c
     if (name != layer.weight && name != layer.bias) rest.set(name, t.detach().clone().requires_grad_(!model.is_buffer(name)));
   std::vector<at::Tensor> inputs = trained_leaves(model, rest);
   StepTracker tracker(model, batches, step_size);
+  LiveClients live(batches);
   std::optional<InputLayerFactors> factors;
   // f W for rows f [k, n, d]; clients that start from one broadcast W (a stride-0 clients axis)
   // share one product.
   const auto times_w = [&](const at::Tensor& f) {
-    return w.stride(0) == 0 ? batched_matmul(f.reshape({-1, d}), w[0]).view({k, f.size(1), h}) : batched_matmul(f, w);
+    return w.stride(0) == 0 ? batched_matmul(f.reshape({-1, d}), w[0]).view({f.size(0), f.size(1), h})
+                            : batched_matmul(f, w);
   };
   for (int64_t first = 0; first < batches.steps(); first += block) {
     check_interrupt();
+    // Clients leave between blocks (w's update needs a block's rows whole).
+    if (live.leave(first)) {
+      w = live.retire(w, layer.weight);
+      bias = live.retire(bias, layer.bias);
+      rest = retire_leaves(model, live, rest);
+      inputs = trained_leaves(model, rest);
+    }
+    const int64_t k = live.size();
     const int64_t count = std::min(block, batches.steps() - first);
-    const Batch rows = batches.batches(first, count);
+    const Batch rows = batches.batches(first, count, live.clients());
     // The block's features f(x): known up front when f only flattens (then so are their products
     // with W and their Gram matrix), else filled in step by step.
     const at::Tensor x = layer.learned_features ? at::empty({k, count * b, d}, w.options())
@@ -303,7 +400,7 @@ LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, c
         if (j > 0) z = z - batched_matmul(batched_matmul(f, earlier(x).transpose(1, 2)), earlier(u));
       }
       const Step step = tracker.step(first + j, model.forward_from_input_layer(rest, z),
-                                     {step_rows(rows.x), step_rows(rows.y), step_rows(rows.mask)});
+                                     {step_rows(rows.x), step_rows(rows.y), step_rows(rows.mask)}, live.clients());
       inputs.push_back(z);
       const auto grads = client_gradients(step.objective, inputs, false);
       inputs.pop_back();
@@ -325,10 +422,10 @@ LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, c
     if (name == layer.weight) {
       if (!factors) params.set(name, w);
     } else {
-      params.set(name, name == layer.bias ? bias : rest.at(name).detach());
+      params.set(name, name == layer.bias ? bias : rest.at(name));
     }
   }
-  return {params, tracker.mean(), factors};
+  return {live.result(params), tracker.mean(), factors};
 }
 }  // namespace
 
@@ -359,12 +456,20 @@ LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const
     }
   }
   StepTracker tracker(model, batches, step_size);
+  LiveClients live(batches);
+  // A graph through the steps keeps every client (their rows stay connected to the start).
+  const bool leaving = !options.create_graph;
   std::vector<at::Tensor> velocity;  // per leaf, with momentum
   for (int64_t s = 0; s < batches.steps(); ++s) {
     check_interrupt();
-    const Batch batch = batches.batch(s);
-    const Step step = tracker.step(s, model.forward(params, batch.x), batch);
-    const at::Tensor objective = options.penalty ? step.objective + options.penalty(params) : step.objective;
+    if (leaving && live.leave(s)) {
+      params = retire_leaves(model, live, params);
+      for (at::Tensor& v : velocity) v = live.retire(v);
+      for (at::Tensor& c : correction) c = live.retire(c);
+    }
+    const Batch batch = batches.batch(s, live.clients());
+    const Step step = tracker.step(s, model.forward(params, batch.x), batch, live.clients());
+    const at::Tensor objective = options.penalty ? step.objective + options.penalty(params, live.clients()) : step.objective;
     const std::vector<at::Tensor> trained = trained_leaves(model, params);
     std::vector<at::Tensor> grads = client_gradients(objective, trained, options.create_graph);
     if (!plain_sgd) grads = momentum_directions(trained, std::move(grads), velocity, options);
@@ -380,7 +485,11 @@ LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const
       next.push_back(model.is_buffer(name) ? p : p - per_row(step.rates, p) * grads[j++]);
     params = params.with_tensors(std::move(next));
   }
-  return {options.create_graph ? params : detach(params), tracker.mean(), std::nullopt};
+  return {options.create_graph ? params : live.result(params), tracker.mean(), std::nullopt};
+}
+
+RowSteps local_training_row_steps() {
+  return {computed_rows.load(std::memory_order_relaxed), real_rows.load(std::memory_order_relaxed)};
 }
 
 }  // namespace fax

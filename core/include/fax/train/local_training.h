@@ -40,10 +40,11 @@ class ClientBatches {
   /// Step `step`, as narrow as its widest client: x [k, w, ...] with w <= B that client's count of
   /// real examples in the step. An epoch's short last batch leaves its unused slots at the end of
   /// every client's row, so those are not computed (a step of 2 examples in 10 slots costs 2).
-  Batch batch(int64_t step) const;
+  /// `clients` (chunk positions, [k'] long) keeps those clients' rows only; undefined: all.
+  Batch batch(int64_t step, const at::Tensor& clients = {}) const;
   /// Steps first .. first + count - 1 back to back, each B slots wide: x [k, count * B, ...], y and
-  /// mask [k, count * B].
-  Batch batches(int64_t first, int64_t count) const;
+  /// mask [k, count * B]; `clients` as for batch().
+  Batch batches(int64_t first, int64_t count, const at::Tensor& clients = {}) const;
   /// Examples per client, [k] float.
   const at::Tensor& examples() const { return examples_; }
   /// Real examples per step and client, [steps, k] float (the mask summed over slots).
@@ -52,6 +53,8 @@ class ClientBatches {
   int64_t fewest(int64_t step) const { return fewest_.at(step); }
   /// Steps in which each client has at least one real example, [k] float (SCAFFOLD's K_i).
   at::Tensor client_steps() const;
+  /// Real examples in step `step`, over all clients.
+  int64_t real(int64_t step) const { return real_.at(step); }
 
  private:
   at::Tensor x_;      // the chunk's examples, concatenated client after client
@@ -64,6 +67,7 @@ class ClientBatches {
   at::Tensor examples_;
   std::vector<int64_t> widths_;  // per step: the most real examples any client has in it
   std::vector<int64_t> fewest_;  // per step: the fewest
+  std::vector<int64_t> real_;    // per step: the sum
 
   // Rows `index` [k, rows] of the examples, with their mask [k, rows] and augmentation draws [k, rows, 3].
   Batch gather(const at::Tensor& index, const at::Tensor& mask, const at::Tensor& draws) const;
@@ -72,8 +76,10 @@ class ClientBatches {
 struct LocalSgdOptions {
   /// Keep the graph through every step (for derivatives through local training: hypergradients).
   bool create_graph = false;
-  /// Optional extra per-client loss on the current parameters ([k]), e.g. FedProx's proximal term.
-  std::function<at::Tensor(const TensorTree&)> penalty;
+  /// Optional extra per-client loss on the current parameters, e.g. FedProx's proximal term. It
+  /// gets the rows of the clients still training (local_sgd) and their positions in the chunk
+  /// ([k'] long; undefined while every client trains), and returns one value per row ([k']).
+  std::function<at::Tensor(const TensorTree& params, const at::Tensor& clients)> penalty;
   /// SGD with momentum and weight decay as PyTorch's torch.optim.SGD (no dampening, not Nesterov):
   /// g = dL/dp + weight_decay p, v = momentum v + g (v = g at the first step), p -= lr v. The
   /// velocity starts at zero every round, as when a client builds its optimizer afresh.
@@ -112,8 +118,20 @@ struct LocalSgdResult {
 
 /// Mini-batch SGD on a chunk of clients at once: params [k, ...], learning rate `lr` (0-dim or
 /// [k]). Each client minimises the mean cross-entropy of its batch; masked slots weigh nothing and
-/// a client whose steps are over stays where it is.
+/// a client whose steps are over stays where it is. Clients of a chunk often have different step
+/// counts (ragged data sets): a client whose steps are over leaves the computation (at the next
+/// step, or with the input layer factored, the next block of steps), so a chunk computes on the
+/// clients still training; the rows of a batched product do not depend on one another, so every
+/// client's result is the bits it gets in any chunk. Not with create_graph.
 LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const TensorTree& params,
                          const at::Tensor& lr, const LocalSgdOptions& options = {});
+
+/// Batch rows local training computed in this process (all threads), and those holding a real
+/// example: 1 - real / computed is the share of its work spent on masked slots. For the bench.
+struct RowSteps {
+  int64_t computed = 0;
+  int64_t real = 0;
+};
+RowSteps local_training_row_steps();
 
 }  // namespace fax
