@@ -31,6 +31,7 @@
 #include <fax/runtime/coordinator.h>
 #include <fax/runtime/experiment.h>
 #include <fax/runtime/worker.h>
+#include <fax/train/local_training.h>
 
 #include "bench_loop.h"
 #include "commands.h"
@@ -114,6 +115,7 @@ struct Case {
   /// > 0: FedBuff, this many clients in flight on a simulated clock (lognormal speeds), a server
   /// step every `cohort` arrivals.
   int64_t concurrency = 0;
+  int threads = 1;  ///< execution.threads (0: automatic)
 
   std::string yaml() const {
     const std::string asynchronous =
@@ -121,10 +123,10 @@ struct Case {
                         : "";
     return fmt::format(
         "seed: 0\nrounds: {}\ncohort:\n  size: {}\n{}data:\n{}model:\n{}algorithm:\n  name: {}\n  client_lr: 0.05\n"
-        "  batch_size: {}\nexecution:\n  executors: {}\n  logical_shards: {}\n  threads: 1\n  vectorize: {}\n"
+        "  batch_size: {}\nexecution:\n  executors: {}\n  logical_shards: {}\n  threads: {}\n  vectorize: {}\n"
         "  factor_input_layer: {}\nlogging:\n  eval_every: 0\n  checkpoint_every: 0\n",
         rounds + 2, cohort, asynchronous, data, model, concurrency > 0 ? "fedbuff" : "fedavg", batch, executors, shards,
-        vectorize, factor_input_layer);
+        threads, vectorize, factor_input_layer);
   }
 };
 
@@ -133,7 +135,7 @@ struct Timing {
   double examples = 0;  ///< trained per round
   double flops = 0;     ///< model FLOPs per round (forward + backward = 3 forward)
   int64_t tokens_per_example = 1;
-  double masked_share = 0;  ///< of the row-steps local training runs, those on no example
+  double masked_share = 0;  ///< of the batch rows local training computed, those on no example (masked)
 };
 
 const char* const kFmnist = "  name: fmnist\n  partition: iid\n  clients: 600\n";
@@ -218,7 +220,9 @@ class Bench {
     if (workers > 0) remote = RemoteWorkers(workers, config_to_yaml(p.setup.config), loader_dirs_, collectives);
     Experiment experiment(p.setup.config, *algorithm, *p.model, data, remote.coordinator.get());
     std::vector<double> ends;
+    const RowSteps before = local_training_row_steps();
     experiment.run(nullptr, [&](const RoundReport& r) { ends.push_back(r.elapsed_s); });
+    const RowSteps after = local_training_row_steps();
     std::vector<double> rounds;
     for (size_t i = 1; i + 1 < ends.size(); ++i) rounds.push_back(ends[i] - ends[i - 1]);
     Timing t;
@@ -226,8 +230,9 @@ class Bench {
     t.examples = static_cast<double>(c.cohort) * mean_examples(data);
     t.tokens_per_example = data.input_shape().front();
     t.flops = 3.0 * static_cast<double>(p.model->forward_flops()) * t.examples;
-    for (int r = 1; r <= c.rounds; ++r)
-      t.masked_share += masked_share(data, sample_cohort(data, c.cohort, 0, r), experiment.mesh_options(), c.batch) / c.rounds;
+    // Counted by local training on this process's executors (remote workers count in theirs).
+    if (workers == 0 && after.computed > before.computed)
+      t.masked_share = 1 - static_cast<double>(after.real - before.real) / static_cast<double>(after.computed - before.computed);
     return t;
   }
 
@@ -342,28 +347,6 @@ class Bench {
     if (!slot) slot = setup.dataset->create(setup.config);
     auto model = setup.model->create(setup.config, model_shape(*slot));
     return {std::move(setup), slot.get(), std::move(model)};
-  }
-
-  // The share of the row-steps a round's local training runs on no example: a chunk of k clients
-  // runs as many steps as its largest client, each of `batch` rows, over the chunks Program cuts
-  // (a logical shard's clients, `vectorize` at a time).
-  static double masked_share(const FederatedDataset& data, const Cohort& cohort, const MeshOptions& mesh, int64_t batch) {
-    const ShardLayout layout(cohort.size(), mesh.logical_shards, mesh.executors);
-    double rows = 0, used = 0;
-    for (int64_t s = 0; s < layout.logical_shards(); ++s) {
-      const Range r = layout.shard_clients(s);
-      const int64_t step = mesh.vectorize > 0 ? mesh.vectorize : r.size();
-      for (int64_t b = r.begin; b < r.end; b += step) {
-        int64_t steps = 0;
-        for (int64_t i = b; i < std::min(b + step, r.end); ++i) {
-          const int64_t n = data.num_examples(cohort.id(i));
-          steps = std::max(steps, (n + batch - 1) / batch);
-          used += static_cast<double>(n);
-        }
-        rows += static_cast<double>(steps * batch * (std::min(b + step, r.end) - b));
-      }
-    }
-    return 1 - used / rows;
   }
 
   static double mean_examples(const FederatedDataset& data) {
@@ -637,6 +620,32 @@ int bench_command(const BenchOptions& options) {
                          fmt::format("{:.3f} / {:.3f} s ({:.2f}x)", loop_s, fax_run.round_s, loop_s / fax_run.round_s),
                          fmt::format(">= {:.1f}x", target)});
     peer_rows.push_back({"  masked share of row-steps", fmt::format("{:.1f}%", 100 * fax_run.masked_share), "<= 15%"});
+  }
+
+  // A cohort smaller than the cores (FedAsync's one client a step): one logical shard, one
+  // executor, on 1 intra-op thread and on automatic threads (execution.threads 0: all the cores).
+  const int automatic = automatic_threads(1);
+  say(fmt::format("small cohorts: 1 client a round (Dirichlet(0.5), B = 20), 1 logical shard on 1 executor, 1 "
+                  "intra-op thread vs automatic ({})", automatic));
+  for (const bool cnn : {false, true}) {
+    Case one{kFmnistDirichlet, cnn ? kCnn : kMlp, 1, 1, 1, 0, cnn ? long_rounds * 4 : mlp_rounds * 4};
+    one.batch = 20;
+    std::vector<std::pair<double, double>> pairs;
+    for (int i = 0; i < 3; ++i) {
+      one.threads = 1;
+      const double single = bench.time(one).round_s;
+      one.threads = 0;
+      pairs.emplace_back(single, bench.time(one).round_s);
+    }
+    std::sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) { return a.first / a.second < b.first / b.second; });
+    const auto [single_s, automatic_s] = pairs[1];
+    const std::string name = fmt::format("small_cohort/{}", cnn ? "cnn" : "mlp");
+    m.emplace_back(name + "/one_thread_round_s", single_s);
+    m.emplace_back(name + "/automatic_round_s", automatic_s);
+    m.emplace_back(name + "/automatic_threads", automatic);
+    m.emplace_back(name + "/speedup", single_s / automatic_s);
+    peer_rows.push_back({fmt::format("{} c=1, 1 thread / automatic ({})", cnn ? "CNN" : "MLP", automatic),
+                         fmt::format("{:.4f} / {:.4f} s ({:.2f}x)", single_s, automatic_s, single_s / automatic_s), ""});
   }
 
   auto get = [&](const std::string& name) {

@@ -1,5 +1,7 @@
 #include "setup.h"
 
+#include <thread>
+
 #include <fax/base/error.h>
 #include <fax/io/config_yaml.h>
 #include <fax/runtime/experiment.h>
@@ -73,6 +75,15 @@ ExperimentSetup resolve_experiment(Config config, const PluginLoader& loader) {
                                          setup.config.raw_origin("aggregation.stages", "aggregation.stages").str()))
     schema.add(std::move(key));
   setup.config.resolve(schema);
+  // Automatic threads become a number here, so the run log, remote workers and a resume get it.
+  if (setup.config.get_int("execution.threads") == 0) {
+    const int threads = automatic_threads(setup.config.get_int("execution.logical_shards"));
+    setup.config.set("execution.threads", std::to_string(threads),
+                     {fmt::format("{} (0: {} hardware threads / execution.logical_shards)",
+                                  setup.config.origin("execution.threads").str(), std::thread::hardware_concurrency()),
+                      0, 0});
+    setup.config.resolve(schema);
+  }
   return setup;
 }
 

@@ -201,6 +201,7 @@ int sweep_command(const SweepOptions& options) {
   // executors get one each and the budget runs that many trials at once.
   std::vector<bool> automatic_executors;
   int64_t executors_per_trial = 1;
+  int64_t threads_per_trial = 1;
   for (const auto& t : trials) {
     std::vector<std::string> overrides = options.overrides;
     for (const auto& [key, value] : t.overrides) overrides.push_back(key + "=" + value);
@@ -214,6 +215,9 @@ int sweep_command(const SweepOptions& options) {
       const int64_t executors = setup.config.get_int("execution.executors");
       automatic_executors.push_back(executors == 0);
       executors_per_trial = std::max(executors_per_trial, executors);
+      // Each executor runs execution.threads intra-op threads (automatic ones resolved already).
+      threads_per_trial =
+          std::max(threads_per_trial, std::max<int64_t>(executors, 1) * setup.config.get_int("execution.threads"));
     } catch (const Error& e) {
       throw Error(fmt::format("{} ({}): {}", t.name, t.label(), e.what()));
     }
@@ -224,7 +228,7 @@ int sweep_command(const SweepOptions& options) {
     return 0;
   }
   const int budget = options.executors > 0 ? options.executors : std::max(1u, std::thread::hardware_concurrency());
-  const size_t slots = static_cast<size_t>(std::max<int64_t>(1, budget / executors_per_trial));
+  const size_t slots = static_cast<size_t>(std::max<int64_t>(1, budget / threads_per_trial));
 
   const std::string dir = options.output.empty()
                               ? fs::path(options.experiment).stem().string() + ".sweep"
@@ -397,8 +401,8 @@ Subcommand add_sweep_subcommand(CLI::App& app) {
                         "the sweep directory: a run log per trial and the index o->h5 (default: <experiment name>.sweep)")
       ->type_name("DIR");
   cmd->add_option("--executors", o->executors,
-                        "executors for all trials at once (default: one per hardware thread); trials left on automatic "
-                        "executors get one each")
+                        "threads for all trials at once (default: one per hardware thread); a trial takes its "
+                        "executors x execution.threads, and trials left on automatic executors get one each")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--metric", o->metric, "rank trials by this metric (default: the sweep section's, else eval/accuracy)")
       ->type_name("NAME");

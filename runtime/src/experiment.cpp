@@ -69,7 +69,10 @@ Schema experiment_schema() {
                 "executor threads; 0: as many as the machine's cores allow, at most logical_shards", 0));
   s.add(int_key("execution.logical_shards", "4",
                 "logical shards of the cohort (at most cohort.size); results depend on this, never on executors", 1));
-  s.add(int_key("execution.threads", "1", "LibTorch intra-op threads per executor (part of the reproducibility key)", 1));
+  s.add(int_key("execution.threads", "1",
+                "LibTorch intra-op threads per executor (part of the reproducibility key); 0: hardware threads / "
+                "logical_shards (at least 1), resolved when the experiment is loaded and recorded",
+                0));
   s.add(int_key("execution.vectorize", "0", "clients per batched map_clients chunk; 0: a whole logical shard", 0));
   s.add(string_key("execution.nonfinite", "stop",
                    "a client update with NaN or Inf: stop the run naming round and client, or drop the client",
@@ -91,11 +94,17 @@ Schema experiment_schema() {
   return s;
 }
 
+int automatic_threads(int64_t logical_shards) {
+  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<int>(std::max<int64_t>(1, cores / std::max<int64_t>(1, logical_shards)));
+}
+
 MeshOptions mesh_options(const Config& config) {
   MeshOptions o;
-  o.threads_per_executor = static_cast<int>(config.get_int("execution.threads"));
   o.vectorize = config.get_int("execution.vectorize");
   o.logical_shards = config.get_int("execution.logical_shards");
+  o.threads_per_executor = static_cast<int>(config.get_int("execution.threads"));
+  if (o.threads_per_executor == 0) o.threads_per_executor = automatic_threads(o.logical_shards);
   o.executors = static_cast<int>(config.get_int("execution.executors"));
   if (o.executors == 0) {
     const int cores = std::max(1u, std::thread::hardware_concurrency());

@@ -58,6 +58,30 @@ PY
     "$PYTHON" -c 'import sys, h5py; assert [h5py.File(f)["env"].attrs["executors"] for f in sys.argv[1:]] == ["1", "2"]' \
       "$WORK/e1.h5" "$WORK/e2.h5" || fail "executors not recorded"
     ;;
+  auto_threads)
+    # execution.threads 0 becomes max(1, hardware threads / logical_shards) when the experiment is
+    # loaded, and the run log records the number: the same bits as that number written out, on a
+    # local executor and on a worker process (sent the number, not the 0).
+    threads=$(getconf _NPROCESSORS_ONLN)
+    common=(--set rounds=6 --set execution.logical_shards=1 --set cohort.size=4 --set logging.eval_every=3)
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/auto.h5" "${common[@]}" --set execution.threads=0
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/fixed.h5" "${common[@]}" --set execution.threads="$threads"
+    "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/auto.h5" "$WORK/fixed.h5" 6 || fail "threads 0 and $threads differ"
+    echo "fax-test-token" > "$WORK/token"
+    port=$(free_port)
+    workers=()
+    start_worker "w0.log" -q
+    run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/remote.h5" "${common[@]}" --set execution.threads=0 \
+      --workers 1 --listen "127.0.0.1:$port" --token-file "$WORK/token"
+    for pid in "${workers[@]}"; do wait "$pid" || fail "the worker exited $? after the run"; done
+    "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/auto.h5" "$WORK/remote.h5" 6 || fail "local and remote differ"
+    "$PYTHON" - "$WORK/auto.h5" "$threads" <<'PY' || fail "the resolved threads are not recorded"
+import sys, h5py
+f = h5py.File(sys.argv[1])
+assert f["env"].attrs["threads_per_executor"] == sys.argv[2], f["env"].attrs["threads_per_executor"]
+assert f"\n  threads: {sys.argv[2]}\n" in f["config"][()].decode(), f["config"][()].decode()
+PY
+    ;;
   poisson)
     # Poisson sampling, 2 of 100 clients a round on average over 4 logical shards: rounds of 0 to
     # 5 clients, shards left empty. 1 and 2 executors and 2 worker processes give the same bits; an

@@ -22,9 +22,15 @@ namespace fax {
 /// of the chosen data set, model and algorithm are added by whoever assembles the experiment.
 Schema experiment_schema();
 
-/// The mesh an experiment asks for, with executors 0 resolved to min(hardware threads / threads,
-/// logical shards).
+/// The mesh an experiment asks for, with threads 0 resolved by automatic_threads and executors 0
+/// to min(hardware threads / threads, logical shards).
 MeshOptions mesh_options(const Config& config);
+
+/// execution.threads 0: the intra-op threads that leave no core idle when each logical shard has
+/// its executor, max(1, hardware threads / logical_shards). A function of the machine and the
+/// shards, never of the executor count (results depend on the threads, not on the executors); an
+/// experiment records the number it resolved to, so a resume and remote workers use it.
+int automatic_threads(int64_t logical_shards);
 
 /// Refuses asynchronous-training settings `algorithm` cannot run with (Algorithm::asynchronous):
 /// an asynchronous algorithm needs the simulated clock, cohort.concurrency and uniform sampling; a
