@@ -380,16 +380,16 @@ double async_schedule_step_s(int64_t population, int64_t concurrency, int64_t bu
   return seconds_since(start) / steps;
 }
 
-// Peak RSS of a child `fax-run bench --rss-probe COHORT`: a fresh process per cohort size.
-double probe_rss_mib(int64_t cohort) {
-  const std::string command = fmt::format("/proc/{}/exe bench --rss-probe {}", ::getpid(), cohort);
+// The number a child `fax-run bench ARGS` prints: a case measured in a fresh process.
+double probe(const std::string& args) {
+  const std::string command = fmt::format("/proc/{}/exe bench {}", ::getpid(), args);
   FILE* pipe = ::popen(command.c_str(), "r");
   FAX_CHECK(pipe != nullptr, "bench: cannot start '{}'", command);
-  double mib = 0;
-  const int read = std::fscanf(pipe, "%lf", &mib);
+  double value = 0;
+  const int read = std::fscanf(pipe, "%lf", &value);
   const int status = ::pclose(pipe);
   FAX_CHECK(read == 1 && status == 0, "bench: '{}' failed (status {})", command, status);
-  return mib;
+  return value;
 }
 
 struct Row {
@@ -400,6 +400,14 @@ struct Row {
 
 // One MLP experiment over 2048 clients whose memory is probed at each cohort size.
 Case rss_case(int64_t cohort) { return {kFmnistLarge, kMlp, cohort, 1, 1, 64, 1}; }
+
+// A cohort smaller than the cores (FedAsync's one client a step): one logical shard and executor.
+Case small_cohort_case(bool cnn, int threads, bool quick) {
+  Case c{kFmnistDirichlet, cnn ? kCnn : kMlp, 1, 1, 1, 0, cnn ? (quick ? 12 : 20) : (quick ? 80 : 160)};
+  c.batch = 20;
+  c.threads = threads;
+  return c;
+}
 
 }  // namespace
 
@@ -418,6 +426,12 @@ int bench_command(const BenchOptions& options) {
   if (options.rss_probe > 0) {
     bench.time(rss_case(options.rss_probe));
     std::printf("%.1f\n", peak_rss_mib());
+    return 0;
+  }
+  if (!options.small_cohort_probe.empty()) {
+    const bool cnn = options.small_cohort_probe.rfind("cnn", 0) == 0;
+    const int threads = options.small_cohort_probe.back() == '0' ? 0 : 1;
+    std::printf("%.9f\n", bench.time(small_cohort_case(cnn, threads, options.quick)).round_s);
     return 0;
   }
   const std::string output = resolve_output(options.output);
@@ -533,8 +547,8 @@ int bench_command(const BenchOptions& options) {
   }
 
   say("peak RSS at cohort 64 and 2048 (MLP, vectorize 64, separate processes)");
-  const double rss64 = probe_rss_mib(64);
-  const double rss2048 = probe_rss_mib(2048);
+  const double rss64 = probe("--rss-probe 64");
+  const double rss2048 = probe("--rss-probe 2048");
   m.emplace_back("memory/rss_cohort64_mib", rss64);
   m.emplace_back("memory/rss_cohort2048_mib", rss2048);
 
@@ -622,20 +636,19 @@ int bench_command(const BenchOptions& options) {
     peer_rows.push_back({"  masked share of row-steps", fmt::format("{:.1f}%", 100 * fax_run.masked_share), "<= 15%"});
   }
 
-  // A cohort smaller than the cores (FedAsync's one client a step): one logical shard, one
-  // executor, on 1 intra-op thread and on automatic threads (execution.threads 0: all the cores).
+  // On 1 intra-op thread and on automatic threads (execution.threads 0: all the cores), each in a
+  // fresh process, as `fax-run run` is: in this one, the thread pools earlier cases left behind
+  // slow a multi-threaded executor down (experiments/bench/RESULTS.md).
   const int automatic = automatic_threads(1);
   say(fmt::format("small cohorts: 1 client a round (Dirichlet(0.5), B = 20), 1 logical shard on 1 executor, 1 "
-                  "intra-op thread vs automatic ({})", automatic));
+                  "intra-op thread vs automatic ({}), fresh processes", automatic));
   for (const bool cnn : {false, true}) {
-    Case one{kFmnistDirichlet, cnn ? kCnn : kMlp, 1, 1, 1, 0, cnn ? long_rounds * 4 : mlp_rounds * 4};
-    one.batch = 20;
+    const std::string model = cnn ? "cnn" : "mlp";
+    const std::string quick = options.quick ? " --quick" : "";
     std::vector<std::pair<double, double>> pairs;
     for (int i = 0; i < 3; ++i) {
-      one.threads = 1;
-      const double single = bench.time(one).round_s;
-      one.threads = 0;
-      pairs.emplace_back(single, bench.time(one).round_s);
+      const double single = probe(fmt::format("--small-cohort-probe {}:1{}", model, quick));
+      pairs.emplace_back(single, probe(fmt::format("--small-cohort-probe {}:0{}", model, quick)));
     }
     std::sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) { return a.first / a.second < b.first / b.second; });
     const auto [single_s, automatic_s] = pairs[1];
@@ -712,6 +725,9 @@ Subcommand add_bench_subcommand(CLI::App& app) {
   cmd->add_option("-o,--output", o->output, "the HDF5 file to write (default: o->h5)")->type_name("BENCH.h5");
   add_plugin_dir_option(*cmd, o->plugin_dirs);
   cmd->add_option("--rss-probe", o->rss_probe)->group("")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--small-cohort-probe", o->small_cohort_probe)
+      ->group("")
+      ->check(CLI::IsMember({"mlp:0", "mlp:1", "cnn:0", "cnn:1"}));
   return {cmd, [o] { return bench_command(*o); }};
 }
 

@@ -94,6 +94,7 @@ struct BenchOptions {
   std::string output = "bench.h5";
   std::vector<std::string> plugin_dirs;
   int64_t rss_probe = 0;  ///< internal: run one case at this cohort size and print the peak RSS
+  std::string small_cohort_probe;  ///< internal: "mlp|cnn:threads", time the small-cohort case and print its round
 };
 
 struct SweepOptions {
