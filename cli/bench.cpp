@@ -380,9 +380,14 @@ double async_schedule_step_s(int64_t population, int64_t concurrency, int64_t bu
   return seconds_since(start) / steps;
 }
 
-// The number a child `fax-run bench ARGS` prints: a case measured in a fresh process.
-double probe(const std::string& args) {
-  const std::string command = fmt::format("/proc/{}/exe bench {}", ::getpid(), args);
+// The number a child `fax-run bench ARGS --plugin-dir ...` prints: a case measured in a fresh process.
+double probe(const std::string& args, const std::vector<std::string>& plugin_dirs) {
+  std::string command = fmt::format("/proc/{}/exe bench {}", ::getpid(), args);
+  for (const std::string& dir : plugin_dirs) {
+    std::string quoted;  // for the shell popen runs: '...' with each ' as '\''
+    for (char ch : dir) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    command += " --plugin-dir '" + quoted + "'";
+  }
   FILE* pipe = ::popen(command.c_str(), "r");
   FAX_CHECK(pipe != nullptr, "bench: cannot start '{}'", command);
   double value = 0;
@@ -547,8 +552,8 @@ int bench_command(const BenchOptions& options) {
   }
 
   say("peak RSS at cohort 64 and 2048 (MLP, vectorize 64, separate processes)");
-  const double rss64 = probe("--rss-probe 64");
-  const double rss2048 = probe("--rss-probe 2048");
+  const double rss64 = probe("--rss-probe 64", options.plugin_dirs);
+  const double rss2048 = probe("--rss-probe 2048", options.plugin_dirs);
   m.emplace_back("memory/rss_cohort64_mib", rss64);
   m.emplace_back("memory/rss_cohort2048_mib", rss2048);
 
@@ -647,8 +652,8 @@ int bench_command(const BenchOptions& options) {
     const std::string quick = options.quick ? " --quick" : "";
     std::vector<std::pair<double, double>> pairs;
     for (int i = 0; i < 3; ++i) {
-      const double single = probe(fmt::format("--small-cohort-probe {}:1{}", model, quick));
-      pairs.emplace_back(single, probe(fmt::format("--small-cohort-probe {}:0{}", model, quick)));
+      const double single = probe(fmt::format("--small-cohort-probe {}:1{}", model, quick), options.plugin_dirs);
+      pairs.emplace_back(single, probe(fmt::format("--small-cohort-probe {}:0{}", model, quick), options.plugin_dirs));
     }
     std::sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) { return a.first / a.second < b.first / b.second; });
     const auto [single_s, automatic_s] = pairs[1];

@@ -303,6 +303,33 @@ TEST_F(LocalTrainingTest, ClientsWhoseStepsAreOverLeaveTheComputation) {
   }
 }
 
+// A model with a buffer its forward pass updates (here: steps seen, like BatchNorm's statistics,
+// which move on masked steps too) keeps every client in the computation: each row counts the
+// chunk's 4 steps, and all 4 x 3 x 3 rows are computed.
+TEST_F(LocalTrainingTest, ModelsWithBuffersKeepEveryClient) {
+  struct Counting : Model {
+    SoftmaxRegression inner{4, 3};
+    std::string describe() const override { return "counting softmax regression"; }
+    TensorTree init(at::Generator g) const override { return inner.init(g); }
+    int64_t forward_flops() const override { return inner.forward_flops(); }
+    bool is_buffer(const std::string& leaf) const override { return leaf == "seen"; }
+    at::Tensor forward(const TensorTree& params, const at::Tensor& x) const override {
+      params.at("seen").add_(1);
+      return inner.forward(params, x);
+    }
+  } counting;
+  TensorTree start = repeat_rows(params, 3);
+  start.set("seen", at::zeros({3}));
+  LocalSgdOptions options;
+  options.factor_input_layer = false;
+  const RowSteps before = local_training_row_steps();
+  const at::Tensor seen = on_chunk({1, 0, 2}, [&](const ClientChunk& c) {
+    return local_sgd(counting, ClientBatches(c, *data, 1, 3), start, at::scalar_tensor(0.3), options).params.at("seen");
+  });
+  EXPECT_TRUE(at::equal(seen, at::full({3}, 4.0f))) << seen;
+  EXPECT_EQ(local_training_row_steps().computed - before.computed, 36);
+}
+
 // With create_graph the trained parameters stay differentiable in the learning rate (the client
 // learning-rate hypergradient): d/d lr of |w_final|^2 + loss against central differences.
 TEST_F(LocalTrainingTest, CreateGraphDifferentiatesThroughTheSteps) {

@@ -330,6 +330,16 @@ std::vector<at::Tensor> client_gradients(const at::Tensor& per_client, const std
   return torch::autograd::grad({per_client.sum()}, inputs, {}, create_graph, create_graph);
 }
 
+// Whether clients may leave their chunk: not while a graph runs through the steps (their rows stay
+// connected to the start), nor with buffers the forward pass updates (BatchNorm's statistics move
+// on a client's masked steps too, and leaving would change them).
+bool may_leave(const Model& model, const TensorTree& start, bool create_graph) {
+  if (create_graph) return false;
+  for (const auto& [name, t] : start)
+    if (model.is_buffer(name)) return false;
+  return true;
+}
+
 // The leaves of `params` for the clients still training (LiveClients::leave), trained leaves
 // ready to differentiate again.
 TensorTree retire_leaves(const Model& model, LiveClients& live, const TensorTree& params) {
@@ -357,6 +367,7 @@ LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, c
   std::vector<at::Tensor> inputs = trained_leaves(model, rest);
   StepTracker tracker(model, batches, step_size);
   LiveClients live(batches);
+  const bool leaving = may_leave(model, start, false);
   std::optional<InputLayerFactors> factors;
   // f W for rows f [k, n, d]; clients that start from one broadcast W (a stride-0 clients axis)
   // share one product.
@@ -367,7 +378,7 @@ LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, c
   for (int64_t first = 0; first < batches.steps(); first += block) {
     check_interrupt();
     // Clients leave between blocks (w's update needs a block's rows whole).
-    if (live.leave(first)) {
+    if (leaving && live.leave(first)) {
       w = live.retire(w, layer.weight);
       bias = live.retire(bias, layer.bias);
       rest = retire_leaves(model, live, rest);
@@ -457,8 +468,7 @@ LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const
   }
   StepTracker tracker(model, batches, step_size);
   LiveClients live(batches);
-  // A graph through the steps keeps every client (their rows stay connected to the start).
-  const bool leaving = !options.create_graph;
+  const bool leaving = may_leave(model, start, options.create_graph);
   std::vector<at::Tensor> velocity;  // per leaf, with momentum
   for (int64_t s = 0; s < batches.steps(); ++s) {
     check_interrupt();

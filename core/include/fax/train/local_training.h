@@ -122,7 +122,8 @@ struct LocalSgdResult {
 /// counts (ragged data sets): a client whose steps are over leaves the computation (at the next
 /// step, or with the input layer factored, the next block of steps), so a chunk computes on the
 /// clients still training; the rows of a batched product do not depend on one another, so every
-/// client's result is the bits it gets in any chunk. Not with create_graph.
+/// client's result is the bits it gets in any chunk. Not with create_graph, nor for a model with
+/// buffers (its forward passes update them on masked steps too).
 LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const TensorTree& params,
                          const at::Tensor& lr, const LocalSgdOptions& options = {});
 
