@@ -72,7 +72,7 @@ Schema experiment_schema() {
   s.add(int_key("execution.threads", "1",
                 "LibTorch intra-op threads per executor (part of the reproducibility key); 0: hardware threads / "
                 "logical_shards (at least 1), resolved when the experiment is loaded and recorded",
-                0, 1024));
+                0, 1 << 20));
   s.add(int_key("execution.vectorize", "0", "clients per batched map_clients chunk; 0: a whole logical shard", 0));
   s.add(string_key("execution.nonfinite", "stop",
                    "a client update with NaN or Inf: stop the run naming round and client, or drop the client",
