@@ -303,6 +303,19 @@ TEST_F(LocalTrainingTest, ClientsWhoseStepsAreOverLeaveTheComputation) {
   }
 }
 
+// A penalty must give one value per row it gets: one written for the whole chunk (here 3 rows
+// whatever it is given) is refused once a client has left, not broadcast.
+TEST_F(LocalTrainingTest, PenaltyWithTheWrongRowsIsRefused) {
+  LocalSgdOptions options;
+  options.factor_input_layer = false;
+  options.penalty = [](const TensorTree& p, const at::Tensor&) { return at::zeros({3}, p.at("w").options()); };
+  EXPECT_THROW(on_chunk({1, 0, 2}, [&](const ClientChunk& c) {
+                 return local_sgd(model, ClientBatches(c, *data, 1, 3), repeat_rows(params, 3), at::scalar_tensor(0.3), options)
+                     .loss;
+               }),
+               Error);
+}
+
 // A model with a buffer its forward pass updates (here: steps seen, like BatchNorm's statistics,
 // which move on masked steps too) keeps every client in the computation: each row counts the
 // chunk's 4 steps, and all 4 x 3 x 3 rows are computed.

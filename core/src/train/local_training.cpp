@@ -181,15 +181,14 @@ class LiveClients {
   // Before step `s`: whether clients left since the last call; then each live tensor goes
   // through retire().
   bool leave(int64_t s) {
-    std::vector<int64_t> keep, drop, still;
-    for (int64_t j = 0; j < static_cast<int64_t>(live_.size()); ++j) {
-      (steps_[live_[j]] > s ? keep : drop).push_back(j);
-      if (steps_[live_[j]] > s) still.push_back(live_[j]);
-    }
+    std::vector<int64_t> keep, drop;
+    for (int64_t j = 0; j < static_cast<int64_t>(live_.size()); ++j) (steps_[live_[j]] > s ? keep : drop).push_back(j);
     if (drop.empty()) return false;
     leaving_ = at::tensor(drop, at::kLong);
     leaving_positions_ = clients_.defined() ? clients_.index_select(0, leaving_) : leaving_;
     keep_ = at::tensor(keep, at::kLong);
+    std::vector<int64_t> still;
+    for (int64_t j : keep) still.push_back(live_[j]);
     live_ = std::move(still);
     clients_ = at::tensor(live_, at::kLong);
     return true;
@@ -479,7 +478,16 @@ LocalSgdResult local_sgd(const Model& model, const ClientBatches& batches, const
     }
     const Batch batch = batches.batch(s, live.clients());
     const Step step = tracker.step(s, model.forward(params, batch.x), batch, live.clients());
-    const at::Tensor objective = options.penalty ? step.objective + options.penalty(params, live.clients()) : step.objective;
+    at::Tensor objective = step.objective;
+    if (options.penalty) {
+      // A penalty written for every client's rows would broadcast wrongly once some have left.
+      const at::Tensor extra = options.penalty(params, live.clients());
+      FAX_CHECK(extra.dim() == 1 && extra.size(0) == objective.size(0),
+                "{}: the local steps' penalty returned a tensor of shape [{}] for {} clients still training (it gets "
+                "their rows and chunk positions, and returns one value per row)",
+                model.describe(), fmt::join(extra.sizes(), ", "), objective.size(0));
+      objective = objective + extra;
+    }
     const std::vector<at::Tensor> trained = trained_leaves(model, params);
     std::vector<at::Tensor> grads = client_gradients(objective, trained, options.create_graph);
     if (!plain_sgd) grads = momentum_directions(trained, std::move(grads), velocity, options);
