@@ -28,6 +28,9 @@ struct RemoteFlags {
   double timeout_s = 30;    ///< a worker silent this long is dropped
   double handshake_s = 10;  ///< a new connection that has not authenticated after this long is closed
   std::string collectives = "tensorpipe";  ///< where allreduces go: tensorpipe | gloo
+  /// Told the address the coordinator listens on, before it waits for the workers (fax-run launch
+  /// under torchrun publishes it in the launcher's store).
+  std::function<void(const std::string& address)> on_listening;
 };
 
 struct RunOptions {

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include <fax/base/error.h>
+#include <fax/runtime/remote.h>
 
 #include "commands.h"
 #include "options.h"
@@ -33,6 +34,12 @@ struct Launch {
   int rank = 0;
   int size = 1;
   std::string address;  // HOST:PORT of rank 0
+  // torchrun's agent listens on MASTER_PORT with its store (TORCHELASTIC_USE_AGENT_STORE): rank 0
+  // then listens on a free port of MASTER_ADDR and publishes it under `store_key`.
+  bool agent_store = false;
+  std::string host;
+  int port = 0;
+  std::string store_key;
 };
 
 Launch launch_from_environment() {
@@ -56,8 +63,17 @@ Launch launch_from_environment() {
             "MASTER_ADDR is not set: export the address of rank 0's host (under Slurm: export MASTER_ADDR=$(scontrol "
             "show hostnames \"$SLURM_JOB_NODELIST\" | head -n1))");
   const std::string port = env("MASTER_PORT").value_or("29500");
-  env_int("MASTER_PORT", port, 1);
-  if (host) l.address = *host + ":" + port;
+  l.port = env_int("MASTER_PORT", port, 1);
+  FAX_CHECK(l.port <= 65535, "MASTER_PORT={} is not a TCP port", l.port);
+  if (!host) return l;
+  l.host = *host;
+  l.address = l.host + ":" + port;
+  l.agent_store = env("TORCHELASTIC_USE_AGENT_STORE") == std::optional<std::string>("True") && l.size > 1;
+  if (l.agent_store) {
+    // A restarted group (torchrun --max-restarts) must not read the last attempt's address.
+    l.store_key = fmt::format("fax/launch/{}/coordinator", env("TORCHELASTIC_RESTART_COUNT").value_or("0"));
+    l.address = l.host + ":0";
+  }
   return l;
 }
 
@@ -75,10 +91,16 @@ int launch_command(const LaunchOptions& options) {
     RunOptions run = options.run;
     run.remote.workers = l.size - 1;
     if (l.size > 1) run.remote.listen = l.address;
+    if (l.agent_store) {
+      run.remote.on_listening = [l, timeout = options.connect_timeout_s](const std::string& address) {
+        launcher_store_set(l.host, l.port, l.store_key, address, timeout);
+      };
+    }
     return run_command(run);
   }
   WorkerCommandOptions worker;
-  worker.connect = l.address;
+  worker.connect =
+      l.agent_store ? launcher_store_get(l.host, l.port, l.store_key, options.connect_timeout_s) : l.address;
   worker.token_file = options.run.remote.token_file;
   worker.plugin_dirs = options.run.plugin_dirs;
   worker.connect_timeout_s = options.connect_timeout_s;

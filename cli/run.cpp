@@ -150,6 +150,7 @@ std::unique_ptr<Coordinator> start_coordinator(const RemoteFlags& remote, const 
                 coordinator->address().c_str(), coordinator->address().c_str(), remote.collectives.c_str());
     std::fflush(stdout);
   }
+  if (remote.on_listening) remote.on_listening(coordinator->address());
   coordinator->wait_for_workers([] { return stop_signal.load() != 0; });
   return coordinator;
 }

@@ -10,6 +10,7 @@ packages=(
   libhdf5-dev libgtest-dev zlib1g-dev libgoogle-perftools-dev nlohmann-json3-dev
   dataset-fashion-mnist python3-h5py python3-torch bc
   clang libclang-rt-14-dev
+  slurm-wlm munge
 )
 
 missing=()

@@ -1,5 +1,7 @@
 #include "gloo_plane.h"
 
+#include <fax/runtime/remote.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <numeric>
@@ -48,6 +50,7 @@ GlooStore::GlooStore(double timeout_s) : impl_(std::make_unique<Impl>()) {
 GlooStore::~GlooStore() = default;
 
 int GlooStore::port() const { return impl_->store->getPort(); }
+
 
 struct GlooGroup::Impl {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
@@ -161,3 +164,45 @@ std::vector<at::Tensor> GlooGroup::allreduce_sum(const std::vector<ShardPartial>
 }
 
 }  // namespace fax::remote
+
+namespace fax {
+namespace {
+
+// A client of the store at host:port, or an Error saying which store could not be reached.
+c10::intrusive_ptr<c10d::TCPStore> launcher_store(const std::string& host, int port, double timeout_s) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<uint16_t>(port);
+  o.isServer = false;
+  o.waitWorkers = false;
+  o.timeout = remote::millis(timeout_s);
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(host, o);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("cannot reach the launcher's store at {}:{}: {}", host, port, e.what()));
+  }
+}
+
+}  // namespace
+
+void launcher_store_set(const std::string& host, int port, const std::string& key, const std::string& value,
+                        double timeout_s) {
+  const auto store = launcher_store(host, port, timeout_s);
+  try {
+    store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("cannot set '{}' in the launcher's store at {}:{}: {}", key, host, port, e.what()));
+  }
+}
+
+std::string launcher_store_get(const std::string& host, int port, const std::string& key, double timeout_s) {
+  const auto store = launcher_store(host, port, timeout_s);
+  try {
+    const std::vector<uint8_t> value = store->get(key);
+    return std::string(value.begin(), value.end());
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("'{}' did not appear in the launcher's store at {}:{} within {} s: {}", key, host, port,
+                            timeout_s, e.what()));
+  }
+}
+
+}  // namespace fax

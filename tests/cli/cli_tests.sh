@@ -615,6 +615,16 @@ PY
     port=$(free_port)
     launch slurm "SLURM_PROCID=0,SLURM_NTASKS=2,SLURM_LAUNCH_NODE_IPADDR=127.0.0.1,MASTER_PORT=$port" \
       "SLURM_PROCID=1,SLURM_NTASKS=2,SLURM_LAUNCH_NODE_IPADDR=127.0.0.1,MASTER_PORT=$port"
+    # The real torchrun, whose agent holds MASTER_PORT for its store: rank 0 listens on a free port
+    # and says which there. Debian's torchrun (PyTorch 1.13 on Python 3.11) fails on its default
+    # --redirects and --tee, hence the explicit ones.
+    timeout 300 env -u RANK -u WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT "$PYTHON" -m torch.distributed.run \
+      --redirects 2 --tee 2 --no_python --nproc_per_node 3 --master_addr 127.0.0.1 --master_port "$(free_port)" \
+      "$FAX_RUN" launch "$experiment" -o "$WORK/torchrun-real.h5" "${common[@]}" --token-file "$WORK/token" \
+      "${collectives[@]}" > "$WORK/torchrun-real.log" 2>&1 || fail "torchrun: $(tail -5 "$WORK/torchrun-real.log")"
+    grep -q "mesh: 2 remote executors" "$WORK/torchrun-real.log" || fail "torchrun: not 2 workers: $(cat "$WORK/torchrun-real.log")"
+    "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/local.h5" "$WORK/torchrun-real.h5" 10 \
+      || fail "the run under torchrun differs from local"
     run_expect 2 "fax-run launch needs a launcher's environment: RANK and WORLD_SIZE \(torchrun\)" -- \
       env -u RANK -u SLURM_PROCID "$FAX_RUN" launch "$experiment"
     run_expect 2 "MASTER_ADDR is not set" -- env -u MASTER_ADDR -u SLURM_LAUNCH_NODE_IPADDR RANK=1 WORLD_SIZE=2 \

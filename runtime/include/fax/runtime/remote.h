@@ -29,4 +29,12 @@ enum class Collectives { tensorpipe, gloo };
 /// Where event lines go (worker connected, refused, dropped); empty: nowhere.
 using LogFn = std::function<void(const std::string& line)>;
 
+/// A key of a launcher's rendezvous store: torchrun's agent holds a c10d::TCPStore at
+/// MASTER_ADDR:MASTER_PORT (that port is taken, so rank 0 listens elsewhere and says where here).
+/// `launcher_store_set` sets the key; `launcher_store_get` waits up to `timeout_s` for it. Both
+/// throw fax::Error naming the store and the key.
+void launcher_store_set(const std::string& host, int port, const std::string& key, const std::string& value,
+                        double timeout_s);
+std::string launcher_store_get(const std::string& host, int port, const std::string& key, double timeout_s);
+
 }  // namespace fax
