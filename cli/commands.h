@@ -8,6 +8,8 @@
 #include <fax/runtime/remote.h>
 #include <fax/tools/sweep.h>
 
+#include "sweep_slurm.h"
+
 namespace CLI {
 class App;
 }  // namespace CLI
@@ -112,6 +114,8 @@ struct SweepOptions {
   bool retry_failed = false;
   bool dry_run = false;
   bool quiet = false;
+  std::string launcher = "local";  ///< local: child processes; slurm: one job array
+  SlurmSettings slurm;
 };
 
 struct PlotOptions {

@@ -38,6 +38,7 @@
 #include "commands.h"
 #include "options.h"
 #include "setup.h"
+#include "sweep_slurm.h"
 
 namespace fax::cli {
 namespace {
@@ -227,8 +228,12 @@ int sweep_command(const SweepOptions& options) {
     for (const auto& t : trials) std::printf("%s %s\n", t.name.c_str(), t.label().c_str());
     return 0;
   }
+  const bool on_slurm = options.launcher == "slurm";
   const int budget = options.executors > 0 ? options.executors : std::max(1u, std::thread::hardware_concurrency());
-  const size_t slots = static_cast<size_t>(std::max<int64_t>(1, budget / threads_per_trial));
+  // Under Slurm the budget is the cluster's: --executors only caps the tasks at once (the array's %k).
+  const size_t slots = on_slurm && options.executors == 0
+                           ? 0
+                           : static_cast<size_t>(std::max<int64_t>(1, budget / threads_per_trial));
 
   const std::string dir = options.output.empty()
                               ? fs::path(options.experiment).stem().string() + ".sweep"
@@ -282,13 +287,78 @@ int sweep_command(const SweepOptions& options) {
   }
   index.write(index_path);
 
+  std::unique_ptr<SlurmArrays> slurm;
+  auto final_of = [&](const TrialRecord& t) {
+    return fmt::format("{} {}", spec.metric, format_value(t.value(spec.metric)));
+  };
+  // How a trial ended: `outcome` is printed after its name.
+  enum class Ended { done, stopped, failed };
+  size_t finished = already;
+  auto record = [&](size_t trial, Ended how, double seconds, const std::string& why) {
+    TrialRecord& t = index.trials[trial];
+    t.seconds += seconds;
+    std::string outcome;
+    if (how == Ended::done) {
+      t.status = "done";
+      t.final = final_metrics(trial_path(t.name, ".h5"), index.average_last);
+      ++finished;
+      outcome = fmt::format("done in {:.1f}s: {}", t.seconds, final_of(t));
+    } else if (how == Ended::stopped) {
+      t.status = "pending";
+      outcome = "stopped (" + why + ")";
+    } else {
+      t.status = "failed";
+      t.message = why;
+      outcome = "failed: " + why;
+    }
+    index.write(index_path);
+    if (!options.quiet) {
+      std::printf("[%zu/%zu done] %s %s: %s\n", finished, index.trials.size(), t.name.c_str(), t.trial().label().c_str(),
+                  outcome.c_str());
+      std::fflush(stdout);
+    }
+  };
+  // A Slurm task's end, from the status its script wrote.
+  auto record_task = [&](const SlurmEnded& e) {
+    const TrialRecord& t = index.trials[e.trial];
+    if (!e.exit) {
+      record(e.trial, Ended::stopped, e.seconds,
+             "its Slurm task ended without a status: cancelled, killed or its node lost; the same command resubmits it");
+    } else if (*e.exit == 0) {
+      record(e.trial, Ended::done, e.seconds, "");
+    } else if (*e.exit == 128 + SIGTERM || *e.exit == 128 + SIGINT) {
+      record(e.trial, Ended::stopped, e.seconds,
+             "by a signal: scancel, a time limit or preemption; checkpointed, the same command resubmits it");
+    } else {
+      record(e.trial, Ended::failed, e.seconds, last_line(trial_path(t.name, ".log")));
+    }
+  };
+  // Tasks an earlier sweep submitted: those still queued are followed, not submitted again; those
+  // that ended meanwhile are recorded.
+  if (SlurmArrays::recorded(dir) && (on_slurm || SlurmArrays::available())) {
+    slurm = std::make_unique<SlurmArrays>(fs::absolute(dir).string());
+    for (const auto& e : slurm->adopt()) record_task(e);
+    FAX_CHECK(on_slurm || slurm->empty(),
+              "{}: trials of this sweep are still queued in Slurm (job {}): follow them with --launcher slurm, or "
+              "scancel them first", dir, slurm->jobs());
+    for (size_t i : slurm->followed()) index.trials[i].status = "running";
+    index.write(index_path);
+  } else if (SlurmArrays::recorded(dir)) {
+    warn(dir + "/slurm/tasks records Slurm tasks that cannot be checked here (no squeue on PATH): make sure none is "
+         "still queued");
+  }
+  if (on_slurm && !slurm) slurm = std::make_unique<SlurmArrays>(fs::absolute(dir).string());
+
   size_t pending = 0;
   for (const auto& t : index.trials) pending += t.status == "pending";
   if (!options.quiet) {
-    std::printf("fax-run sweep %s: %zu trials, ranked by %s (%s)%s\n  dir: %s; %zu at a time, %lld executor%s each\n",
+    std::printf("fax-run sweep %s: %zu trials, ranked by %s (%s)%s\n  dir: %s; %s, %lld executor%s each\n",
                 options.experiment.c_str(), trials.size(), spec.metric.c_str(), spec.maximize ? "max" : "min",
-                already > 0 ? fmt::format("; resuming: {} done, {} to run", already, pending).c_str() : "",
-                dir.c_str(), slots, static_cast<long long>(executors_per_trial), executors_per_trial > 1 ? "s" : "");
+                finished > 0 ? fmt::format("; resuming: {} done, {} to run", finished, pending).c_str() : "",
+                dir.c_str(),
+                (slots == 0 ? std::string("as a Slurm array, as many at a time as the cluster runs")
+                            : fmt::format("{} at a time{}", slots, on_slurm ? " as a Slurm array" : "")).c_str(),
+                static_cast<long long>(executors_per_trial), executors_per_trial > 1 ? "s" : "");
     std::fflush(stdout);
   }
 
@@ -301,30 +371,72 @@ int sweep_command(const SweepOptions& options) {
   sigaction(SIGTERM, &action, &previous_term);
 
   const std::string self = fs::read_symlink("/proc/self/exe").string();
-  std::map<pid_t, Running> running;
+  // fax-run's arguments that start a trial, and those that continue it from its run log.
+  auto run_args = [&](size_t i) {
+    const TrialRecord& t = index.trials[i];
+    std::vector<std::string> args = {"run", options.experiment, "-q", "-o", trial_path(t.name, ".h5")};
+    for (const auto& o : options.overrides) args.insert(args.end(), {"--set", o});
+    for (const auto& [key, value] : t.overrides) args.insert(args.end(), {"--set", key + "=" + value});
+    if (automatic_executors[i]) args.insert(args.end(), {"--set", "execution.executors=1"});
+    for (const auto& d : options.plugin_dirs) args.insert(args.end(), {"--plugin-dir", d});
+    return args;
+  };
+  auto resume_args = [&](size_t i) {
+    std::vector<std::string> args = {"resume", trial_path(index.trials[i].name, ".h5"), "-q"};
+    for (const auto& d : options.plugin_dirs) args.insert(args.end(), {"--plugin-dir", d});
+    return args;
+  };
   // Trials stopped part-way first (they hold a checkpoint), then launch_order's.
   std::vector<size_t> order = launch_order(spec, trials.size());
   std::stable_partition(order.begin(), order.end(), [&](size_t i) {
     return index.trials[i].status == "pending" && readable_run_log(trial_path(index.trials[i].name, ".h5"));
   });
-  size_t position = 0, finished = already;
   bool stopping = false;
-  while (true) {
+  if (on_slurm) {
+    std::vector<SlurmTrial> submit;
+    for (size_t i : order) {
+      if (index.trials[i].status == "pending") submit.push_back({i, index.trials[i].name, run_args(i), resume_args(i)});
+    }
+    if (!submit.empty()) {
+      SlurmSettings settings = options.slurm;
+      if (settings.cpus == 0) settings.cpus = static_cast<int>(threads_per_trial);
+      settings.max_running = slots;
+      const std::string job = slurm->submit(submit, settings, self, fs::current_path().string());
+      for (const auto& t : submit) index.trials[t.trial].status = "running";
+      index.write(index_path);
+      if (!options.quiet) {
+        std::printf("submitted %zu trial%s as Slurm array job %s (%d CPU%s a task); following it with squeue\n",
+                    submit.size(), submit.size() > 1 ? "s" : "", job.c_str(), settings.cpus, settings.cpus > 1 ? "s" : "");
+        std::fflush(stdout);
+      }
+    }
+    // A Ctrl-C stops the following, not the array: its tasks run on, and the same command follows
+    // them again.
+    while (!slurm->empty() && sweep_signal == 0) {
+      for (const auto& e : slurm->poll()) record_task(e);
+      for (int i = 0; i < 40 && sweep_signal == 0 && !slurm->empty(); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    stopping = sweep_signal != 0;
+    if (stopping) {
+      sigaction(SIGINT, &previous_int, nullptr);
+      sigaction(SIGTERM, &previous_term, nullptr);
+      std::fprintf(stderr,
+                   "fax-run: stopped following the sweep by signal %d with %zu of %zu trials done; its Slurm tasks run "
+                   "on (scancel %s stops them); follow them again with the same command\n",
+                   sweep_signal.load(), finished, index.trials.size(), slurm->jobs().c_str());
+      return 128 + sweep_signal.load();
+    }
+  }
+  std::map<pid_t, Running> running;
+  size_t position = 0;
+  while (!on_slurm) {
     while (!stopping && running.size() < slots && position < order.size()) {
       const size_t next = order[position++];
       TrialRecord& t = index.trials[next];
       if (t.status != "pending") continue;
-      const std::string run = trial_path(t.name, ".h5");
-      std::vector<std::string> args;
-      if (readable_run_log(run)) {
-        args = {self, "resume", run, "-q"};
-      } else {
-        args = {self, "run", options.experiment, "-q", "-o", run};
-        for (const auto& o : options.overrides) args.insert(args.end(), {"--set", o});
-        for (const auto& [key, value] : t.overrides) args.insert(args.end(), {"--set", key + "=" + value});
-        if (automatic_executors[next]) args.insert(args.end(), {"--set", "execution.executors=1"});
-      }
-      for (const auto& d : options.plugin_dirs) args.insert(args.end(), {"--plugin-dir", d});
+      std::vector<std::string> args = readable_run_log(trial_path(t.name, ".h5")) ? resume_args(next) : run_args(next);
+      args.insert(args.begin(), self);
       running[launch(args, trial_path(t.name, ".log"))] = {next, Clock::now()};
       t.status = "running";
       index.write(index_path);
@@ -342,33 +454,20 @@ int sweep_command(const SweepOptions& options) {
     }
     const auto it = running.find(pid);
     if (it == running.end()) continue;
-    TrialRecord& t = index.trials[it->second.trial];
-    t.seconds += std::chrono::duration<double>(Clock::now() - it->second.start).count();
+    const size_t trial = it->second.trial;
+    const double seconds = std::chrono::duration<double>(Clock::now() - it->second.start).count();
     running.erase(it);
-    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
     // A trial stopped before its signal handlers exist dies of the SIGTERM itself.
     const bool interrupted = stopping && ((WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM) ||
                                           (WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM));
-    std::string outcome;
-    if (ok) {
-      t.status = "done";
-      t.final = final_metrics(trial_path(t.name, ".h5"), index.average_last);
-      ++finished;
-      outcome = fmt::format("done in {:.1f}s: {} {}", t.seconds, spec.metric, format_value(t.value(spec.metric)));
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      record(trial, Ended::done, seconds, "");
     } else if (interrupted) {
-      t.status = "pending";
-      outcome = "stopped (checkpointed; resumes with the sweep)";
+      record(trial, Ended::stopped, seconds, "checkpointed; resumes with the sweep");
     } else {
-      t.status = "failed";
-      t.message = WIFSIGNALED(status) ? fmt::format("killed by signal {}", WTERMSIG(status))
-                                      : last_line(trial_path(t.name, ".log"));
-      outcome = "failed: " + t.message;
-    }
-    index.write(index_path);
-    if (!options.quiet) {
-      std::printf("[%zu/%zu done] %s %s: %s\n", finished, index.trials.size(), t.name.c_str(), t.trial().label().c_str(),
-                  outcome.c_str());
-      std::fflush(stdout);
+      record(trial, Ended::failed, seconds,
+             WIFSIGNALED(status) ? fmt::format("killed by signal {}", WTERMSIG(status))
+                                 : last_line(trial_path(index.trials[trial].name, ".log")));
     }
   }
   sigaction(SIGINT, &previous_int, nullptr);
@@ -381,8 +480,13 @@ int sweep_command(const SweepOptions& options) {
   }
   if (!options.quiet) std::printf("\n");
   print_sweep_summary(index, index_path, 20);
-  size_t failed = 0;
-  for (const auto& t : index.trials) failed += t.status == "failed";
+  size_t failed = 0, unfinished = 0;
+  for (const auto& t : index.trials) {
+    failed += t.status == "failed";
+    unfinished += t.status == "pending";
+  }
+  FAX_CHECK(unfinished == 0, "{} of {} trials stopped before they finished (their Slurm tasks were cancelled, "
+                             "preempted or lost); run the same command to resubmit them", unfinished, index.trials.size());
   FAX_CHECK(failed == 0, "{} of {} trials failed (their logs: {}/trial-*.log; rerun them with --retry-failed)", failed,
             index.trials.size(), dir);
   return 0;
@@ -401,9 +505,23 @@ Subcommand add_sweep_subcommand(CLI::App& app) {
                         "the sweep directory: a run log per trial and the index o->h5 (default: <experiment name>.sweep)")
       ->type_name("DIR");
   cmd->add_option("--executors", o->executors,
-                        "threads for all trials at once (default: one per hardware thread); a trial takes its "
-                        "executors x execution.threads, and trials left on automatic executors get one each")
+                        "threads for all trials at once (default: one per hardware thread; under Slurm: no cap); a "
+                        "trial takes its executors x execution.threads, and trials left on automatic executors get "
+                        "one each")
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--launcher", o->launcher,
+                  "where trials run: local (child processes) or slurm (one sbatch --array job, followed with squeue; "
+                  "the same command follows it again or resubmits what stopped)")
+      ->check(CLI::IsMember({"local", "slurm"}))->type_name("local|slurm");
+  const char* slurm_group = "Slurm (--launcher slurm)";
+  cmd->add_option("--slurm-partition", o->slurm.partition, "the partition of the array (default: the cluster's)")
+      ->type_name("P")->group(slurm_group);
+  cmd->add_option("--slurm-time", o->slurm.time, "each task's time limit, as sbatch --time takes it")
+      ->type_name("T")->group(slurm_group);
+  cmd->add_option("--slurm-cpus", o->slurm.cpus, "CPUs per task (default: the trial's executors x execution.threads)")
+      ->check(CLI::Range(1, 4096))->type_name("N")->group(slurm_group);
+  cmd->add_option("--slurm-extra", o->slurm.extra, "more sbatch arguments, e.g. \"--account=A --qos=Q\"")
+      ->type_name("ARGS")->group(slurm_group);
   cmd->add_option("--metric", o->metric, "rank trials by this metric (default: the sweep section's, else eval/accuracy)")
       ->type_name("NAME");
   cmd->add_option("--mode", o->mode, "max or min (default: min for a metric named *loss, else max)")

@@ -108,6 +108,109 @@ case "$1" in
     "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/local.h5" "$WORK/batch.h5" 10 \
       || fail "sbatch + srun differs from local: $(tail -5 "$WORK/batch.log")"
     ;;
+  sweep)
+    # A 2 x 2 grid as one job array: every trial log bit-identical to the same sweep run locally,
+    # the same best trial. Then scancel mid-way and the same command again: it resubmits what
+    # stopped (resuming a checkpointed trial) and ends identical to the local sweep; a killed sweep
+    # process follows its queued tasks again instead of submitting them twice.
+    write sweep.yaml <<YAML
+seed: 0
+rounds: 150
+cohort:
+  size: 10
+data:
+  name: synthetic
+  clients: 100
+model:
+  name: softmax_regression
+algorithm:
+  name: fedavg
+  batch_size: 10
+execution:
+  logical_shards: 2
+logging:
+  eval_every: 25
+  checkpoint_every: 5
+sweep:
+  grid:
+    algorithm.client_lr: [0.01, 0.05]
+  seeds: [0, 1]
+YAML
+    same_sweeps() {  # same_sweeps <dir> <dir>: the same best trial, every trial log bit-identical
+      local t
+      for t in "$1"/trial-*.h5; do
+        "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$t" "$2/$(basename "$t")" 150 > /dev/null \
+          || fail "$2/$(basename "$t") differs from $t"
+      done
+      [[ $(grep "^best trial" "$1.out" | sed 's/; log.*//') == $(grep "^best trial" "$2.out" | sed 's/; log.*//') ]] \
+        || fail "another best trial: $(grep "^best trial" "$1.out") vs $(grep "^best trial" "$2.out")"
+    }
+    "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$WORK/local" --executors 2 > "$WORK/local.out" 2>&1 \
+      || fail "local sweep: $(tail -3 "$WORK/local.out")"
+    timeout 300 "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$WORK/array" --launcher slurm > "$WORK/array.out" 2>&1 \
+      || fail "slurm sweep: $(tail -3 "$WORK/array.out")"
+    grep -q "submitted 4 trials as Slurm array job" "$WORK/array.out" || fail "no array: $(cat "$WORK/array.out")"
+    [[ $(ls "$WORK"/array/trial-*.h5 | wc -l) -eq 4 ]] || fail "not 4 trial logs: $(ls "$WORK/array")"
+    same_sweeps "$WORK/local" "$WORK/array"
+
+    # One task at a time (--executors 1: %1); scancel once the first trial is done.
+    "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$WORK/cancel" --launcher slurm --executors 1 > "$WORK/cancel.out" 2>&1 &
+    follower=$!
+    wait_for_line "$WORK/cancel.out" "\[1/4 done\]" 120
+    for _ in $(seq 600); do (( $(ls "$WORK"/cancel/trial-*.h5 | wc -l) >= 2 )) && break; sleep 0.1; done
+    sleep 1  # the second trial is past its first checkpoint
+    scancel "$(grep -o "array job [0-9]*" "$WORK/cancel.out" | cut -d' ' -f3)"
+    wait "$follower"; rc=$?
+    [[ $rc -eq 2 ]] || fail "the follower of a cancelled array exited $rc: $(tail -3 "$WORK/cancel.out")"
+    grep -q "trials stopped before they finished" "$WORK/cancel.out" || fail "no word of the stopped trials: $(tail -3 "$WORK/cancel.out")"
+    stopped=$(grep -o "trial-[0-9]* .*: stopped (by a signal" "$WORK/cancel.out" | cut -d' ' -f1)
+    [[ -n $stopped ]] || fail "no trial stopped by the signal: $(cat "$WORK/cancel.out")"
+    mv "$WORK/cancel.out" "$WORK/cancel-first.out"
+    timeout 300 "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$WORK/cancel" --launcher slurm > "$WORK/cancel.out" 2>&1 \
+      || fail "resubmitting: $(tail -3 "$WORK/cancel.out")"
+    grep -q "resuming: 1 done, 3 to run" "$WORK/cancel.out" || fail "not resumed: $(head -3 "$WORK/cancel.out")"
+    grep -q "Slurm job [0-9]* task [0-9]* on .*: fax-run resume" "$WORK/cancel/$stopped.log" \
+      || fail "$stopped started over: $(cat "$WORK/cancel/$stopped.log")"
+    same_sweeps "$WORK/local" "$WORK/cancel"
+
+    # kill -9 of the sweep process: its array runs on, and the same command follows it again.
+    "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$WORK/orphan" --launcher slurm --executors 1 > "$WORK/orphan-first.out" 2>&1 &
+    follower=$!
+    wait_for_line "$WORK/orphan-first.out" "submitted 4 trials" 60
+    kill -9 "$follower"; wait "$follower" 2>/dev/null
+    run_expect 2 "trials of this sweep are still queued in Slurm \\(job [0-9]+\\): follow them with --launcher slurm" -- \
+      "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$WORK/orphan"
+    timeout 300 "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$WORK/orphan" --launcher slurm > "$WORK/orphan.out" 2>&1 \
+      || fail "following again: $(tail -3 "$WORK/orphan.out")"
+    grep -q "submitted" "$WORK/orphan.out" && fail "trials submitted twice: $(cat "$WORK/orphan.out")"
+    same_sweeps "$WORK/local" "$WORK/orphan"
+    ;;
+  sweep_errors)
+    # No Slurm on PATH, a partition that does not exist, an sbatch that rejects its arguments: one
+    # line, exit 2, the sweep directory as it was.
+    args=(sweep "$FAX_SOURCE_DIR/experiments/synthetic_fedavg.yaml" --grid seed=0,1 --set rounds=3)
+    run_expect 0 "" -- "$FAX_RUN" "${args[@]}" -o "$WORK/done" --executors 2
+    before=$(cd "$WORK/done" && sha256sum sweep.h5 trial-*.h5)
+    run_expect 2 "--launcher slurm: sbatch is not on PATH" -- env PATH="$WORK/nothing" "$FAX_RUN" "${args[@]}" \
+      -o "$WORK/done" --launcher slurm
+    run_expect 2 "sbatch refused the array of 2 trials: sbatch: error: .*[Ii]nvalid partition" -- \
+      "$FAX_RUN" "${args[@]}" -o "$WORK/fresh" --launcher slurm --slurm-partition nope
+    run_expect 2 "sbatch refused the array of 2 trials: .*--no-such-flag" -- \
+      "$FAX_RUN" "${args[@]}" -o "$WORK/fresh" --launcher slurm --slurm-extra "--no-such-flag"
+    run_expect 2 "sbatch refused the array of 2 trials: .*[Ii]nvalid --time" -- \
+      "$FAX_RUN" "${args[@]}" -o "$WORK/fresh" --launcher slurm --slurm-time soon
+    [[ $(cd "$WORK/done" && sha256sum sweep.h5 trial-*.h5) == "$before" ]] || fail "a finished sweep changed"
+    [[ ! -e $WORK/fresh/slurm/tasks ]] || fail "a refused array was recorded: $(cat "$WORK/fresh/slurm/tasks")"
+    ls "$WORK"/fresh/trial-* > /dev/null 2>&1 && fail "a refused array left trial files: $(ls "$WORK/fresh")"
+    "$PYTHON" - "$WORK/fresh/sweep.h5" <<'PY' || fail "the refused sweep's index is not all pending"
+import sys, h5py
+with h5py.File(sys.argv[1]) as f:
+    assert all(s == b"pending" for s in f["trials/status"][()]), f["trials/status"][()]
+PY
+    # The same directory then runs.
+    run_expect 0 "" -- "$FAX_RUN" "${args[@]}" -o "$WORK/fresh" --launcher slurm
+    grep -q "2 done" "$WORK/stdout" || fail "the resubmitted sweep did not finish: $(cat "$WORK/stdout")"
+    ;;
   *)
     fail "unknown case '$1'"
     ;;
