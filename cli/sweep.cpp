@@ -321,6 +321,7 @@ int sweep_command(const SweepOptions& options) {
   // A Slurm task's end, from the status its script wrote.
   auto record_task = [&](const SlurmEnded& e) {
     const TrialRecord& t = index.trials[e.trial];
+    if (t.status == "done") return;  // recorded already (a finished task resumed once more)
     if (!e.exit) {
       record(e.trial, Ended::stopped, e.seconds,
              "its Slurm task ended without a status: cancelled, killed or its node lost; the same command resubmits it");
