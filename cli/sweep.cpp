@@ -235,6 +235,7 @@ int sweep_command(const SweepOptions& options) {
                            ? 0
                            : static_cast<size_t>(std::max<int64_t>(1, budget / threads_per_trial));
 
+  if (on_slurm) SlurmArrays::check_available();
   const std::string dir = options.output.empty()
                               ? fs::path(options.experiment).stem().string() + ".sweep"
                               : options.output;
@@ -413,8 +414,14 @@ int sweep_command(const SweepOptions& options) {
     }
     // A Ctrl-C stops the following, not the array: its tasks run on, and the same command follows
     // them again.
+    std::string states;
     while (!slurm->empty() && sweep_signal == 0) {
       for (const auto& e : slurm->poll()) record_task(e);
+      if (!options.quiet && !slurm->empty() && slurm->states() != states) {
+        states = slurm->states();
+        std::printf("queue: %s (job %s)\n", states.c_str(), slurm->jobs().c_str());
+        std::fflush(stdout);
+      }
       for (int i = 0; i < 40 && sweep_signal == 0 && !slurm->empty(); ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }

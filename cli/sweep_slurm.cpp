@@ -120,11 +120,15 @@ std::string words(const std::vector<std::string>& args) {
 
 bool SlurmArrays::available() { return on_path("sbatch") && on_path("squeue"); }
 
-SlurmArrays::SlurmArrays(std::string dir) : dir_(std::move(dir)) {
+void SlurmArrays::check_available() {
   for (const char* tool : {"sbatch", "squeue"}) {
     FAX_CHECK(on_path(tool), "--launcher slurm: {} is not on PATH (run the sweep where Slurm's commands are, or use "
                              "--launcher local)", tool);
   }
+}
+
+SlurmArrays::SlurmArrays(std::string dir) : dir_(std::move(dir)) {
+  check_available();
   std::error_code ec;
   fs::create_directories(fs::path(dir_) / "slurm", ec);
   FAX_CHECK(!ec, "{}/slurm: cannot create: {}", dir_, ec.message());
@@ -148,6 +152,10 @@ std::string SlurmArrays::exit_path(const std::string& name) const {
   return (fs::path(dir_) / "slurm" / (name + ".exit")).string();
 }
 
+std::string SlurmArrays::states() const {
+  return fmt::format("{} running, {} pending", running_, pending_);
+}
+
 std::string SlurmArrays::jobs() const {
   std::set<std::string> ids;
   for (const auto& t : tasks_) ids.insert(t.job);
@@ -162,32 +170,31 @@ void SlurmArrays::write_record() const {
   write_file_atomically((fs::path(dir_) / "slurm" / "tasks").string(), text);
 }
 
-std::map<std::string, std::vector<size_t>> SlurmArrays::queue_of_jobs(const std::vector<std::string>& jobs) {
-  std::map<std::string, std::vector<size_t>> queued;
-  for (const auto& job : jobs) {
-    const ToolResult r = run_tool({"squeue", "-h", "-r", "-j", job, "-o", "%K %T"});
+std::optional<SlurmArrays::Queue> SlurmArrays::queue_of_jobs() {
+  Queue queue;
+  for (const auto& t : tasks_) {
+    if (queue.count(t.job)) continue;
+    std::map<size_t, std::string>& states = queue[t.job];
+    const ToolResult r = run_tool({"squeue", "-h", "-r", "-j", t.job, "-o", "%K %T"});
     if (r.status != 0) {
       // A job that has left the queue for good is unknown to squeue.
-      if (r.err.find("Invalid job id") != std::string::npos) {
-        queued[job];
-        continue;
-      }
+      if (r.err.find("Invalid job id") != std::string::npos) continue;
       // slurmctld may be busy or restarting: ask again at the next poll, give up after ~a minute.
       FAX_CHECK(++squeue_failures_ < 30, "squeue keeps failing for job {}: {} (the array is still queued; follow it "
-                                         "again with the same command)", job, first_line_of(r.err));
-      throw std::runtime_error("squeue failed");
+                                         "again with the same command)", t.job, first_line_of(r.err));
+      return std::nullopt;
     }
-    std::vector<size_t>& ids = queued[job];
     std::stringstream lines(r.out);
     std::string line;
     while (std::getline(lines, line)) {
       std::stringstream fields(line);
       size_t id = 0;
-      if (fields >> id) ids.push_back(id);
+      std::string state;
+      if (fields >> id >> state) states[id] = state;
     }
   }
   squeue_failures_ = 0;
-  return queued;
+  return queue;
 }
 
 std::string SlurmArrays::submit(const std::vector<SlurmTrial>& trials, const SlurmSettings& settings,
@@ -256,36 +263,27 @@ std::string SlurmArrays::submit(const std::vector<SlurmTrial>& trials, const Slu
 }
 
 std::vector<SlurmEnded> SlurmArrays::adopt() {
-  std::vector<SlurmEnded> ended;
-  while (true) {
-    try {
-      ended = settle(0);
-      break;
-    } catch (const std::runtime_error&) {
-      sleep(2);
-    }
-  }
-  return ended;
+  std::optional<Queue> queue;
+  while (!(queue = queue_of_jobs())) sleep(2);
+  return settle(*queue, 0);
 }
 
 std::vector<SlurmEnded> SlurmArrays::poll() {
-  try {
-    return settle(kGraceS);
-  } catch (const std::runtime_error&) {
-    return {};
-  }
+  const std::optional<Queue> queue = queue_of_jobs();
+  return queue ? settle(*queue, kGraceS) : std::vector<SlurmEnded>();
 }
 
-std::vector<SlurmEnded> SlurmArrays::settle(double grace_s) {
-  std::vector<std::string> ids;
-  for (const auto& t : tasks_)
-    if (std::find(ids.begin(), ids.end(), t.job) == ids.end()) ids.push_back(t.job);
-  std::map<std::string, std::vector<size_t>> queue = queue_of_jobs(ids);
+std::vector<SlurmEnded> SlurmArrays::settle(const Queue& queue, double grace_s) {
   std::vector<SlurmEnded> ended;
   std::vector<Task> still;
+  running_ = pending_ = 0;
   for (auto& t : tasks_) {
-    const auto& ids_of_job = queue[t.job];
-    if (std::find(ids_of_job.begin(), ids_of_job.end(), t.array_task) != ids_of_job.end()) {
+    const auto job = queue.find(t.job);
+    const auto task = job == queue.end() ? nullptr : &job->second;
+    if (task && task->count(t.array_task)) {
+      const std::string& state = task->at(t.array_task);
+      running_ += state == "RUNNING" || state == "COMPLETING";
+      pending_ += state == "PENDING" || state == "REQUEUED" || state == "SUSPENDED";
       t.gone_since = -1;
       still.push_back(t);
       continue;

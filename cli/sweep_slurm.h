@@ -43,8 +43,9 @@ class SlurmArrays {
   /// Reads the record of `dir` (absolute). Throws fax::Error when Slurm's commands are not on PATH.
   explicit SlurmArrays(std::string dir);
 
-  /// Whether sbatch and squeue are on PATH.
+  /// Whether sbatch and squeue are on PATH; check_available() throws fax::Error when not.
   static bool available();
+  static void check_available();
   /// Whether `dir` records Slurm tasks (queued or not).
   static bool recorded(const std::string& dir);
 
@@ -68,6 +69,8 @@ class SlurmArrays {
 
   /// Whether any recorded task is still followed.
   bool empty() const { return tasks_.empty(); }
+  /// The followed tasks' states at the last poll: "R running, P pending".
+  std::string states() const;
   /// The job ids still followed, comma-separated (for scancel in messages).
   std::string jobs() const;
 
@@ -79,18 +82,20 @@ class SlurmArrays {
     std::string name;
     double gone_since = -1;  ///< when squeue first missed it without a status file
   };
-  // The array task ids squeue lists per job; throws std::runtime_error when squeue failed (fax::Error
-  // after many failures in a row).
-  std::map<std::string, std::vector<size_t>> queue_of_jobs(const std::vector<std::string>& jobs);
-  // Drops the tasks that left the queue and returns them; one without a status file only once it
+  // Per job followed, the state of each array task squeue lists.
+  using Queue = std::map<std::string, std::map<size_t, std::string>>;
+  // None when squeue failed this time; fax::Error after many failures in a row.
+  std::optional<Queue> queue_of_jobs();
+  // Drops the tasks that left `queue` and returns them; one without a status file only once it
   // has been gone `grace_s`.
-  std::vector<SlurmEnded> settle(double grace_s);
+  std::vector<SlurmEnded> settle(const Queue& queue, double grace_s);
   void write_record() const;
   std::string exit_path(const std::string& name) const;
 
   std::string dir_;
   std::vector<Task> tasks_;
   int squeue_failures_ = 0;
+  size_t running_ = 0, pending_ = 0;
 };
 
 }  // namespace fax::cli
