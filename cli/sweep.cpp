@@ -289,10 +289,7 @@ int sweep_command(const SweepOptions& options) {
   index.write(index_path);
 
   std::unique_ptr<SlurmArrays> slurm;
-  auto final_of = [&](const TrialRecord& t) {
-    return fmt::format("{} {}", spec.metric, format_value(t.value(spec.metric)));
-  };
-  // How a trial ended: `outcome` is printed after its name.
+  // How a trial ended; `why` says why it stopped or failed.
   enum class Ended { done, stopped, failed };
   size_t finished = already;
   auto record = [&](size_t trial, Ended how, double seconds, const std::string& why) {
@@ -303,7 +300,7 @@ int sweep_command(const SweepOptions& options) {
       t.status = "done";
       t.final = final_metrics(trial_path(t.name, ".h5"), index.average_last);
       ++finished;
-      outcome = fmt::format("done in {:.1f}s: {}", t.seconds, final_of(t));
+      outcome = fmt::format("done in {:.1f}s: {} {}", t.seconds, spec.metric, format_value(t.value(spec.metric)));
     } else if (how == Ended::stopped) {
       t.status = "pending";
       outcome = "stopped (" + why + ")";
