@@ -625,6 +625,14 @@ PY
     grep -q "mesh: 2 remote executors" "$WORK/torchrun-real.log" || fail "torchrun: not 2 workers: $(cat "$WORK/torchrun-real.log")"
     "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/local.h5" "$WORK/torchrun-real.h5" 10 \
       || fail "the run under torchrun differs from local"
+    # Its c10d rendezvous (what multi-node jobs use): MASTER_PORT is a free port then, not the store's.
+    timeout 300 env -u RANK -u WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT "$PYTHON" -m torch.distributed.run \
+      --redirects 2 --tee 2 --no_python --nnodes 1 --nproc_per_node 3 --rdzv_backend c10d \
+      --rdzv_endpoint "127.0.0.1:$(free_port)" "$FAX_RUN" launch "$experiment" -o "$WORK/torchrun-c10d.h5" \
+      "${common[@]}" --token-file "$WORK/token" "${collectives[@]}" > "$WORK/torchrun-c10d.log" 2>&1 \
+      || fail "torchrun (c10d): $(tail -5 "$WORK/torchrun-c10d.log")"
+    "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$WORK/local.h5" "$WORK/torchrun-c10d.h5" 10 \
+      || fail "the run under torchrun's c10d rendezvous differs from local"
     run_expect 2 "fax-run launch needs a launcher's environment: RANK and WORLD_SIZE \(torchrun\)" -- \
       env -u RANK -u SLURM_PROCID "$FAX_RUN" launch "$experiment"
     run_expect 2 "MASTER_ADDR is not set" -- env -u MASTER_ADDR -u SLURM_LAUNCH_NODE_IPADDR RANK=1 WORLD_SIZE=2 \
