@@ -33,6 +33,9 @@ struct RemoteFlags {
   /// Told the address the coordinator listens on, before it waits for the workers (fax-run launch
   /// under torchrun publishes it in the launcher's store).
   std::function<void(const std::string& address)> on_listening;
+  /// fax-run launch: the launcher starts every rank at once, so rank 0 waits at most this long for
+  /// them all (a rank that died or was refused would hold the job until its time limit); 0: no limit.
+  double join_timeout_s = 0;
 };
 
 struct RunOptions {

@@ -91,6 +91,7 @@ int launch_command(const LaunchOptions& options) {
     RunOptions run = options.run;
     run.remote.workers = l.size - 1;
     if (l.size > 1) run.remote.listen = l.address;
+    run.remote.join_timeout_s = options.connect_timeout_s;
     if (l.agent_store) {
       run.remote.on_listening = [l, timeout = options.connect_timeout_s](const std::string& address) {
         launcher_store_set(l.host, l.port, l.store_key, address, timeout);
@@ -119,7 +120,8 @@ Subcommand add_launch_subcommand(CLI::App& app) {
       o->run);
   add_coordinator_options(*cmd, o->run.remote);
   cmd->add_option("--connect-timeout", o->connect_timeout_s,
-                         "workers: seconds to keep trying to reach rank 0 (default: 60)")
+                  "seconds the workers keep trying to reach rank 0, and rank 0 waits for every rank to join "
+                  "(default: 60)")
       ->check(CLI::Range(0.1, 86400.0))->type_name("S")->group(kRemoteGroup);
   return {cmd, [o] { return launch_command(*o); }};
 }

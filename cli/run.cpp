@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -151,7 +152,19 @@ std::unique_ptr<Coordinator> start_coordinator(const RemoteFlags& remote, const 
     std::fflush(stdout);
   }
   if (remote.on_listening) remote.on_listening(coordinator->address());
-  coordinator->wait_for_workers([] { return stop_signal.load() != 0; });
+  const auto start = std::chrono::steady_clock::now();
+  auto late = [&] {
+    return remote.join_timeout_s > 0 &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > remote.join_timeout_s;
+  };
+  try {
+    coordinator->wait_for_workers([&] { return stop_signal.load() != 0 || late(); });
+  } catch (const Error& e) {
+    if (stop_signal.load() != 0 || !late()) throw;
+    throw Error(fmt::format("not every rank joined within {} s ({}): a rank failed before it connected, or was "
+                            "refused (see its output and the lines above)",
+                            remote.join_timeout_s, e.what()));
+  }
   return coordinator;
 }
 

@@ -292,13 +292,21 @@ int sweep_command(const SweepOptions& options) {
   // How a trial ended; `why` says why it stopped or failed.
   enum class Ended { done, stopped, failed };
   size_t finished = already;
-  auto record = [&](size_t trial, Ended how, double seconds, const std::string& why) {
+  auto record = [&](size_t trial, Ended how, double seconds, std::string why) {
     TrialRecord& t = index.trials[trial];
     t.seconds += seconds;
     std::string outcome;
     if (how == Ended::done) {
+      try {
+        t.final = final_metrics(trial_path(t.name, ".h5"), index.average_last);
+      } catch (const Error& e) {
+        // Its process said done, but the run log does not say so (a tampered status file).
+        how = Ended::failed;
+        why = e.what();
+      }
+    }
+    if (how == Ended::done) {
       t.status = "done";
-      t.final = final_metrics(trial_path(t.name, ".h5"), index.average_last);
       ++finished;
       outcome = fmt::format("done in {:.1f}s: {} {}", t.seconds, spec.metric, format_value(t.value(spec.metric)));
     } else if (how == Ended::stopped) {
@@ -328,25 +336,30 @@ int sweep_command(const SweepOptions& options) {
     } else if (*e.exit == 128 + SIGTERM || *e.exit == 128 + SIGINT) {
       record(e.trial, Ended::stopped, e.seconds,
              "by a signal: scancel, a time limit or preemption; checkpointed, the same command resubmits it");
+    } else if (*e.exit > 128) {
+      record(e.trial, Ended::failed, e.seconds, fmt::format("killed by signal {}", *e.exit - 128));
     } else {
       record(e.trial, Ended::failed, e.seconds, last_line(trial_path(t.name, ".log")));
     }
   };
   // Tasks an earlier sweep submitted: those still queued are followed, not submitted again; those
   // that ended meanwhile are recorded.
+  std::vector<std::string> names;
+  for (const auto& t : index.trials) names.push_back(t.name);
   if (SlurmArrays::recorded(dir) && (on_slurm || SlurmArrays::available())) {
-    slurm = std::make_unique<SlurmArrays>(fs::absolute(dir).string());
+    slurm = std::make_unique<SlurmArrays>(fs::absolute(dir).string(), names);
     for (const auto& e : slurm->adopt()) record_task(e);
     FAX_CHECK(on_slurm || slurm->empty(),
               "{}: trials of this sweep are still queued in Slurm (job {}): follow them with --launcher slurm, or "
               "scancel them first", dir, slurm->jobs());
-    for (size_t i : slurm->followed()) index.trials[i].status = "running";
+    for (size_t i : slurm->followed())
+      if (index.trials[i].status != "done") index.trials[i].status = "running";
     index.write(index_path);
   } else if (SlurmArrays::recorded(dir)) {
     warn(dir + "/slurm/tasks records Slurm tasks that cannot be checked here (no squeue on PATH): make sure none is "
          "still queued");
   }
-  if (on_slurm && !slurm) slurm = std::make_unique<SlurmArrays>(fs::absolute(dir).string());
+  if (on_slurm && !slurm) slurm = std::make_unique<SlurmArrays>(fs::absolute(dir).string(), names);
 
   size_t pending = 0;
   for (const auto& t : index.trials) pending += t.status == "pending";

@@ -16,6 +16,8 @@
 #include <set>
 #include <sstream>
 
+#include <fmt/ranges.h>
+
 #include <fax/base/error.h>
 #include <fax/io/files.h>
 
@@ -29,6 +31,10 @@ double now_s() {
 
 // A task missing from squeue is only called lost after this long without its status file.
 constexpr double kGraceS = 15;
+// squeue failing this long in a row (slurmctld down) ends the sweep process, not the array.
+constexpr double kSqueueGiveUpS = 60;
+// The job of tasks recorded before sbatch returned.
+const char* const kInFlight = "?";
 
 bool on_path(const std::string& tool) {
   const char* path = std::getenv("PATH");
@@ -127,8 +133,13 @@ void SlurmArrays::check_available() {
   }
 }
 
-SlurmArrays::SlurmArrays(std::string dir) : dir_(std::move(dir)) {
+SlurmArrays::SlurmArrays(std::string dir, const std::vector<std::string>& trials) : dir_(std::move(dir)) {
   check_available();
+  // Unique to the directory, so a submission whose job id never reached the record (the sweep was
+  // killed while sbatch ran) is found by name.
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : dir_) hash = (hash ^ c) * 1099511628211ull;
+  name_ = fmt::format("fax-sweep-{:08x}", hash & 0xffffffffu);
   std::error_code ec;
   fs::create_directories(fs::path(dir_) / "slurm", ec);
   FAX_CHECK(!ec, "{}/slurm: cannot create: {}", dir_, ec.message());
@@ -141,9 +152,12 @@ SlurmArrays::SlurmArrays(std::string dir) : dir_(std::move(dir)) {
     Task t;
     std::stringstream fields(line);
     FAX_CHECK(static_cast<bool>(fields >> t.job >> t.array_task >> t.trial >> t.name) &&
-                  t.job.find_first_not_of("0123456789") == std::string::npos,
+                  (t.job == kInFlight || t.job.find_first_not_of("0123456789") == std::string::npos),
               "{}:{}: not a task of a Slurm array ('{}'); remove the file if no array of this sweep is queued", record,
               number, line);
+    FAX_CHECK(t.trial < trials.size() && trials[t.trial] == t.name,
+              "{}:{}: names trial {} ({}), which this sweep does not have: the record belongs to another sweep; "
+              "remove the file if none of its tasks is queued", record, number, t.trial, t.name);
     tasks_.push_back(std::move(t));
   }
 }
@@ -153,7 +167,8 @@ std::string SlurmArrays::exit_path(const std::string& name) const {
 }
 
 std::string SlurmArrays::states() const {
-  return fmt::format("{} running, {} pending", running_, pending_);
+  return fmt::format("{} running, {} pending{}", running_, pending_,
+                     reasons_.empty() ? "" : fmt::format(" (reason: {})", fmt::join(reasons_, ", ")));
 }
 
 std::string SlurmArrays::jobs() const {
@@ -167,33 +182,67 @@ std::string SlurmArrays::jobs() const {
 void SlurmArrays::write_record() const {
   std::string text;
   for (const auto& t : tasks_) text += fmt::format("{} {} {} {}\n", t.job, t.array_task, t.trial, t.name);
-  write_file_atomically((fs::path(dir_) / "slurm" / "tasks").string(), text);
+  const std::string path = (fs::path(dir_) / "slurm" / "tasks").string();
+  std::error_code ec;
+  if (tasks_.empty()) {
+    // Nothing left to follow.
+    fs::remove(path, ec);
+    FAX_CHECK(!ec, "{}: cannot remove: {}", path, ec.message());
+    return;
+  }
+  write_file_atomically(path, text);
 }
 
 std::optional<SlurmArrays::Queue> SlurmArrays::queue_of_jobs() {
+  // A failed squeue: none this time, and an error once it has failed for a minute.
+  auto failed = [&](const std::string& what, const ToolResult& r) -> std::optional<Queue> {
+    if (squeue_failing_since_ < 0) squeue_failing_since_ = now_s();
+    FAX_CHECK(now_s() - squeue_failing_since_ < kSqueueGiveUpS,
+              "squeue has failed for {:.0f} s ({}: {}); the array is still queued: follow it again with the same "
+              "command", now_s() - squeue_failing_since_, what, first_line_of(r.err));
+    return std::nullopt;
+  };
+  // Tasks recorded while sbatch ran: their job is the one queued under this directory's name.
+  if (std::any_of(tasks_.begin(), tasks_.end(), [](const Task& t) { return t.job == kInFlight; })) {
+    const ToolResult r = run_tool({"squeue", "-h", "--me", "--name=" + name_, "-o", "%F"});
+    if (r.status != 0) return failed("jobs named " + name_, r);
+    std::set<std::string> jobs;
+    std::stringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.empty() && std::none_of(tasks_.begin(), tasks_.end(), [&](const Task& t) { return t.job == line; }))
+        jobs.insert(line);
+    }
+    FAX_CHECK(jobs.size() <= 1, "{}: several Slurm jobs named {} are queued ({}): the sweep cannot tell which is "
+                                "its own; scancel the others", dir_, name_, fmt::join(jobs, ", "));
+    if (!jobs.empty()) {
+      for (auto& t : tasks_)
+        if (t.job == kInFlight) t.job = *jobs.begin();
+      write_record();
+    }
+  }
   Queue queue;
   for (const auto& t : tasks_) {
-    if (queue.count(t.job)) continue;
+    if (queue.count(t.job) || t.job == kInFlight) continue;
     std::map<size_t, std::string>& states = queue[t.job];
-    const ToolResult r = run_tool({"squeue", "-h", "-r", "-j", t.job, "-o", "%K %T"});
+    const ToolResult r = run_tool({"squeue", "-h", "-r", "-j", t.job, "-o", "%K %T %r"});
     if (r.status != 0) {
       // A job that has left the queue for good is unknown to squeue.
       if (r.err.find("Invalid job id") != std::string::npos) continue;
-      // slurmctld may be busy or restarting: ask again at the next poll, give up after ~a minute.
-      FAX_CHECK(++squeue_failures_ < 30, "squeue keeps failing for job {}: {} (the array is still queued; follow it "
-                                         "again with the same command)", t.job, first_line_of(r.err));
-      return std::nullopt;
+      return failed("job " + t.job, r);
     }
     std::stringstream lines(r.out);
     std::string line;
     while (std::getline(lines, line)) {
       std::stringstream fields(line);
       size_t id = 0;
-      std::string state;
-      if (fields >> id >> state) states[id] = state;
+      std::string state, reason;
+      if (fields >> id >> state) {
+        fields >> reason;
+        states[id] = state == "PENDING" ? state + " " + reason : state;
+      }
     }
   }
-  squeue_failures_ = 0;
+  squeue_failing_since_ = -1;
   return queue;
 }
 
@@ -237,13 +286,18 @@ std::string SlurmArrays::submit(const std::vector<SlurmTrial>& trials, const Slu
     std::error_code ec;
     fs::remove(exit_path(t.name), ec);
   }
+  // In Slurm's file name patterns % starts a field and a backslash turns them off.
+  FAX_CHECK(dir_.find('\\') == std::string::npos,
+            "{}: Slurm cannot name output files in a directory whose path holds a backslash", dir_);
+  std::string output;
+  for (char c : (fs::path(dir_) / "slurm").string()) output += c == '%' ? std::string("%%") : std::string(1, c);
   std::vector<std::string> args = {
       "sbatch",
       "--parsable",
-      "--job-name=fax-sweep",
+      "--job-name=" + name_,
       fmt::format("--array=0-{}{}", trials.size() - 1,
                   settings.max_running > 0 ? fmt::format("%{}", settings.max_running) : std::string()),
-      "--output=" + (fs::path(dir_) / "slurm" / "%A_%a.out").string(),
+      "--output=" + output + "/%A_%a.out",
       "--chdir=" + workdir,
       fmt::format("--cpus-per-task={}", std::max(settings.cpus, 1))};
   if (!settings.partition.empty()) args.push_back("--partition=" + settings.partition);
@@ -251,14 +305,19 @@ std::string SlurmArrays::submit(const std::vector<SlurmTrial>& trials, const Slu
   std::stringstream extra(settings.extra);
   for (std::string word; extra >> word;) args.push_back(word);
   args.push_back(script_path);
+  // Recorded before sbatch runs: a sweep killed meanwhile finds the job by its name next time.
+  const size_t first = tasks_.size();
+  for (size_t k = 0; k < trials.size(); ++k) tasks_.push_back({kInFlight, k, trials[k].trial, trials[k].name, -1});
+  write_record();
   const ToolResult r = run_tool(args);
   const std::string line = first_line_of(r.out);
   const std::string job = line.substr(0, line.find(';'));  // "ID" or "ID;cluster"
-  FAX_CHECK(r.status == 0 && !job.empty() && job.find_first_not_of("0123456789") == std::string::npos,
-            "sbatch refused the array of {} trial{}: {}", trials.size(), trials.size() > 1 ? "s" : "",
-            first_line_of(r.err.empty() ? r.out : r.err));
-  for (size_t k = 0; k < trials.size(); ++k) tasks_.push_back({job, k, trials[k].trial, trials[k].name, -1});
+  const bool submitted = r.status == 0 && !job.empty() && job.find_first_not_of("0123456789") == std::string::npos;
+  if (!submitted) tasks_.resize(first);
+  for (size_t k = first; k < tasks_.size(); ++k) tasks_[k].job = job;
   write_record();
+  FAX_CHECK(submitted, "sbatch refused the array of {} trial{}: {}", trials.size(), trials.size() > 1 ? "s" : "",
+            first_line_of(r.err.empty() ? r.out : r.err));
   return job;
 }
 
@@ -277,13 +336,22 @@ std::vector<SlurmEnded> SlurmArrays::settle(const Queue& queue, double grace_s) 
   std::vector<SlurmEnded> ended;
   std::vector<Task> still;
   running_ = pending_ = 0;
+  reasons_.clear();
   for (auto& t : tasks_) {
     const auto job = queue.find(t.job);
     const auto task = job == queue.end() ? nullptr : &job->second;
     if (task && task->count(t.array_task)) {
       const std::string& state = task->at(t.array_task);
-      running_ += state == "RUNNING" || state == "COMPLETING";
-      pending_ += state == "PENDING" || state == "REQUEUED" || state == "SUSPENDED";
+      if (state.rfind("PENDING", 0) == 0) {
+        ++pending_;
+        // Reasons that say the task cannot start as asked, not merely that it waits its turn.
+        const std::string reason = state.size() > 8 ? state.substr(8) : "";
+        if (!reason.empty() && reason != "Priority" && reason != "Resources" && reason != "JobArrayTaskLimit" &&
+            reason != "None" && reason != "BeginTime")
+          reasons_.insert(reason);
+      } else {
+        running_ += state == "RUNNING" || state == "COMPLETING";
+      }
       t.gone_since = -1;
       still.push_back(t);
       continue;

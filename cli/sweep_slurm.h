@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,8 +41,9 @@ struct SlurmEnded {
 /// ends; a task that leaves the queue without one was stopped from outside.
 class SlurmArrays {
  public:
-  /// Reads the record of `dir` (absolute). Throws fax::Error when Slurm's commands are not on PATH.
-  explicit SlurmArrays(std::string dir);
+  /// Reads the record of `dir` (absolute), whose sweep has the trials named `trials`. Throws
+  /// fax::Error when Slurm's commands are not on PATH or the record names other trials.
+  SlurmArrays(std::string dir, const std::vector<std::string>& trials);
 
   /// Whether sbatch and squeue are on PATH; check_available() throws fax::Error when not.
   static bool available();
@@ -94,8 +96,10 @@ class SlurmArrays {
 
   std::string dir_;
   std::vector<Task> tasks_;
-  int squeue_failures_ = 0;
+  std::string name_;  ///< the arrays' job name, unique to the directory
+  double squeue_failing_since_ = -1;
   size_t running_ = 0, pending_ = 0;
+  std::set<std::string> reasons_;  ///< why pending tasks cannot start, as squeue says
 };
 
 }  // namespace fax::cli

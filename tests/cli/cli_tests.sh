@@ -638,6 +638,10 @@ PY
     run_expect 2 "MASTER_ADDR is not set" -- env -u MASTER_ADDR -u SLURM_LAUNCH_NODE_IPADDR RANK=1 WORLD_SIZE=2 \
       "$FAX_RUN" launch "$experiment"
     run_expect 2 "WORLD_SIZE='two' is not an integer >= 1" -- env RANK=0 WORLD_SIZE=two "$FAX_RUN" launch "$experiment"
+    # A rank that never joins (it died, or was refused) ends rank 0 after --connect-timeout.
+    run_expect 2 "not every rank joined within 2 s \\(stopped while waiting for workers \\(0 of 1 ready\\)\\)" -- \
+      env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$(free_port)" "$FAX_RUN" launch "$experiment" \
+      --token-file "$WORK/token" --connect-timeout 2 -q
     ;;
   remote_token)
     echo "fax-test-token" > "$WORK/token"

@@ -173,6 +173,21 @@ YAML
       || fail "$stopped started over: $(cat "$WORK/cancel/$stopped.log")"
     same_sweeps "$WORK/local" "$WORK/cancel"
 
+    # kill -9 of the sweep process while sbatch runs (made slow here): the job it submitted is found
+    # by its name next time, not submitted again.
+    mkdir -p "$WORK/slow"
+    printf '#!/bin/sh\n%s "$@"; rc=$?\nsleep 30\nexit $rc\n' "$(command -v sbatch)" > "$WORK/slow/sbatch"
+    chmod +x "$WORK/slow/sbatch"
+    PATH="$WORK/slow:$PATH" "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$WORK/race" --launcher slurm --executors 1 \
+      > "$WORK/race-first.out" 2>&1 &
+    follower=$!
+    for _ in $(seq 600); do squeue -h | grep -q . && break; sleep 0.1; done
+    kill -9 "$follower"; wait "$follower" 2>/dev/null
+    timeout 300 "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$WORK/race" --launcher slurm > "$WORK/race.out" 2>&1 \
+      || fail "following the job of a killed submission: $(tail -3 "$WORK/race.out")"
+    grep -q "submitted" "$WORK/race.out" && fail "trials submitted twice: $(cat "$WORK/race.out")"
+    same_sweeps "$WORK/local" "$WORK/race"
+
     # kill -9 of the sweep process: its array runs on, and the same command follows it again.
     "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$WORK/orphan" --launcher slurm --executors 1 > "$WORK/orphan-first.out" 2>&1 &
     follower=$!
@@ -187,7 +202,7 @@ YAML
     ;;
   sweep_errors)
     # No Slurm on PATH, a partition that does not exist, an sbatch that rejects its arguments: one
-    # line, exit 2, the sweep directory as it was.
+    # line, exit 2, the sweep directory as it was. Then what else goes wrong around an array.
     args=(sweep "$FAX_SOURCE_DIR/experiments/synthetic_fedavg.yaml" --grid seed=0,1 --set rounds=3)
     run_expect 0 "" -- "$FAX_RUN" "${args[@]}" -o "$WORK/done" --executors 2
     before=$(cd "$WORK/done" && sha256sum sweep.h5 trial-*.h5)
@@ -210,6 +225,49 @@ PY
     # The same directory then runs.
     run_expect 0 "" -- "$FAX_RUN" "${args[@]}" -o "$WORK/fresh" --launcher slurm
     grep -q "2 done" "$WORK/stdout" || fail "the resubmitted sweep did not finish: $(cat "$WORK/stdout")"
+
+    # A record naming trials the sweep does not have (another sweep's, or edited) is refused.
+    cp -r "$WORK/done" "$WORK/tampered"
+    mkdir -p "$WORK/tampered/slurm" && echo "1 0 99999 trial-0001" > "$WORK/tampered/slurm/tasks"
+    run_expect 2 "tasks:1: names trial 99999 \\(trial-0001\\), which this sweep does not have" -- \
+      "$FAX_RUN" "${args[@]}" -o "$WORK/tampered" --launcher slurm
+    echo "1 0 1 trial-0001" > "$WORK/tampered/slurm/tasks"
+    run_expect 2 "names trial 1 \\(trial-0001\\), which this sweep does not have" -- \
+      "$FAX_RUN" "${args[@]}" -o "$WORK/tampered" --launcher slurm
+
+    # A directory with % in its path (a pattern character in sbatch --output) runs.
+    run_expect 0 "" -- "$FAX_RUN" "${args[@]}" -o "$WORK/100%done" --launcher slurm
+    grep -q "2 done" "$WORK/stdout" || fail "a sweep in 100%done did not finish: $(cat "$WORK/stdout")"
+
+    # A task that can never start says why in the progress lines; Ctrl-C stops the following only.
+    "$FAX_RUN" "${args[@]}" -o "$WORK/huge" --launcher slurm --slurm-cpus 64 > "$WORK/huge.out" 2>&1 &
+    follower=$!
+    wait_for_line "$WORK/huge.out" "queue: 0 running, 2 pending \\(reason: [A-Za-z]+" 60
+    kill -INT "$follower"; wait "$follower"; rc=$?
+    [[ $rc -eq 130 ]] || fail "the follower stopped by SIGINT exited $rc"
+    grep -q "its Slurm tasks run on (scancel [0-9]* stops them)" "$WORK/huge.out" || fail "no word of the array: $(cat "$WORK/huge.out")"
+    scancel "$(grep -o "array job [0-9]*" "$WORK/huge.out" | cut -d' ' -f3)"
+
+    # A task whose fax-run is killed (the out-of-memory killer's SIGKILL) fails with that reason.
+    "$FAX_RUN" "${args[@]}" -o "$WORK/oom" --launcher slurm --set rounds=100000 > "$WORK/oom.out" 2>&1 &
+    follower=$!
+    for _ in $(seq 600); do (( $(pgrep -fc "fax-run run .*$WORK/oom/trial-") >= 2 )) && break; sleep 0.1; done
+    sleep 1
+    pkill -9 -f "fax-run run .*$WORK/oom/trial-"
+    wait "$follower"; rc=$?
+    [[ $rc -eq 2 ]] || fail "the sweep of killed trials exited $rc: $(tail -3 "$WORK/oom.out")"
+    grep -q "trial-0001 seed=0: failed: killed by signal 9" "$WORK/oom.out" || fail "not killed by 9: $(cat "$WORK/oom.out")"
+
+    # squeue failing (slurmctld down) for a minute ends the follower, one line, the array left queued.
+    mkdir -p "$WORK/bin"
+    printf '#!/bin/sh\necho "squeue: error: Unable to contact slurm controller (connect failure)" >&2\nexit 1\n' > "$WORK/bin/squeue"
+    chmod +x "$WORK/bin/squeue"
+    cp -r "$WORK/done" "$WORK/queued" && mkdir -p "$WORK/queued/slurm"
+    echo "424242 0 0 trial-0001" > "$WORK/queued/slurm/tasks"
+    SECONDS=0
+    run_expect 2 "squeue has failed for 6[0-9] s \\(job 424242: squeue: error: Unable to contact slurm controller" -- \
+      env PATH="$WORK/bin:$PATH" "$FAX_RUN" "${args[@]}" -o "$WORK/queued" --launcher slurm
+    (( SECONDS < 120 )) || fail "gave up after $SECONDS s"
     ;;
   *)
     fail "unknown case '$1'"
