@@ -113,29 +113,9 @@ case "$1" in
     # the same best trial. Then scancel mid-way and the same command again: it resubmits what
     # stopped (resuming a checkpointed trial) and ends identical to the local sweep; a killed sweep
     # process follows its queued tasks again instead of submitting them twice.
-    write sweep.yaml <<YAML
-seed: 0
-rounds: 150
-cohort:
-  size: 10
-data:
-  name: synthetic
-  clients: 100
-model:
-  name: softmax_regression
-algorithm:
-  name: fedavg
-  batch_size: 10
-execution:
-  logical_shards: 2
-logging:
-  eval_every: 25
-  checkpoint_every: 5
-sweep:
-  grid:
-    algorithm.client_lr: [0.01, 0.05]
-  seeds: [0, 1]
-YAML
+    # The grid on the command line (sweep options then differ from run to run only in -o).
+    grid=("$experiment" --grid algorithm.client_lr=0.01,0.05 --grid seed=0,1 --set rounds=150
+      --set logging.checkpoint_every=5 --set logging.eval_every=25)
     same_sweeps() {  # same_sweeps <dir> <dir>: the same best trial, every trial log bit-identical
       local t
       for t in "$1"/trial-*.h5; do
@@ -145,16 +125,16 @@ YAML
       [[ $(grep "^best trial" "$1.out" | sed 's/; log.*//') == $(grep "^best trial" "$2.out" | sed 's/; log.*//') ]] \
         || fail "another best trial: $(grep "^best trial" "$1.out") vs $(grep "^best trial" "$2.out")"
     }
-    "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$WORK/local" --executors 2 > "$WORK/local.out" 2>&1 \
+    "$FAX_RUN" sweep "${grid[@]}" -o "$WORK/local" --executors 2 > "$WORK/local.out" 2>&1 \
       || fail "local sweep: $(tail -3 "$WORK/local.out")"
-    timeout 300 "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$WORK/array" --launcher slurm > "$WORK/array.out" 2>&1 \
+    timeout 300 "$FAX_RUN" sweep "${grid[@]}" -o "$WORK/array" --launcher slurm > "$WORK/array.out" 2>&1 \
       || fail "slurm sweep: $(tail -3 "$WORK/array.out")"
     grep -q "submitted 4 trials as Slurm array job" "$WORK/array.out" || fail "no array: $(cat "$WORK/array.out")"
     [[ $(ls "$WORK"/array/trial-*.h5 | wc -l) -eq 4 ]] || fail "not 4 trial logs: $(ls "$WORK/array")"
     same_sweeps "$WORK/local" "$WORK/array"
 
     # One task at a time (--executors 1: %1); scancel once the first trial is done.
-    "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$WORK/cancel" --launcher slurm --executors 1 > "$WORK/cancel.out" 2>&1 &
+    "$FAX_RUN" sweep "${grid[@]}" -o "$WORK/cancel" --launcher slurm --executors 1 > "$WORK/cancel.out" 2>&1 &
     follower=$!
     wait_for_line "$WORK/cancel.out" "\[1/4 done\]" 120
     for _ in $(seq 600); do (( $(ls "$WORK"/cancel/trial-*.h5 | wc -l) >= 2 )) && break; sleep 0.1; done
@@ -166,7 +146,7 @@ YAML
     stopped=$(grep -o "trial-[0-9]* .*: stopped (by a signal" "$WORK/cancel.out" | cut -d' ' -f1)
     [[ -n $stopped ]] || fail "no trial stopped by the signal: $(cat "$WORK/cancel.out")"
     mv "$WORK/cancel.out" "$WORK/cancel-first.out"
-    timeout 300 "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$WORK/cancel" --launcher slurm > "$WORK/cancel.out" 2>&1 \
+    timeout 300 "$FAX_RUN" sweep "${grid[@]}" -o "$WORK/cancel" --launcher slurm > "$WORK/cancel.out" 2>&1 \
       || fail "resubmitting: $(tail -3 "$WORK/cancel.out")"
     grep -q "resuming: 1 done, 3 to run" "$WORK/cancel.out" || fail "not resumed: $(head -3 "$WORK/cancel.out")"
     grep -q "Slurm job [0-9]* task [0-9]* on .*: fax-run resume" "$WORK/cancel/$stopped.log" \
@@ -178,24 +158,24 @@ YAML
     mkdir -p "$WORK/slow"
     printf '#!/bin/sh\n%s "$@"; rc=$?\nsleep 30\nexit $rc\n' "$(command -v sbatch)" > "$WORK/slow/sbatch"
     chmod +x "$WORK/slow/sbatch"
-    PATH="$WORK/slow:$PATH" "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$WORK/race" --launcher slurm --executors 1 \
+    PATH="$WORK/slow:$PATH" "$FAX_RUN" sweep "${grid[@]}" -o "$WORK/race" --launcher slurm --executors 1 \
       > "$WORK/race-first.out" 2>&1 &
     follower=$!
     for _ in $(seq 600); do squeue -h | grep -q . && break; sleep 0.1; done
     kill -9 "$follower"; wait "$follower" 2>/dev/null
-    timeout 300 "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$WORK/race" --launcher slurm > "$WORK/race.out" 2>&1 \
+    timeout 300 "$FAX_RUN" sweep "${grid[@]}" -o "$WORK/race" --launcher slurm > "$WORK/race.out" 2>&1 \
       || fail "following the job of a killed submission: $(tail -3 "$WORK/race.out")"
     grep -q "submitted" "$WORK/race.out" && fail "trials submitted twice: $(cat "$WORK/race.out")"
     same_sweeps "$WORK/local" "$WORK/race"
 
     # kill -9 of the sweep process: its array runs on, and the same command follows it again.
-    "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$WORK/orphan" --launcher slurm --executors 1 > "$WORK/orphan-first.out" 2>&1 &
+    "$FAX_RUN" sweep "${grid[@]}" -o "$WORK/orphan" --launcher slurm --executors 1 > "$WORK/orphan-first.out" 2>&1 &
     follower=$!
     wait_for_line "$WORK/orphan-first.out" "submitted 4 trials" 60
     kill -9 "$follower"; wait "$follower" 2>/dev/null
     run_expect 2 "trials of this sweep are still queued in Slurm \\(job [0-9]+\\): follow them with --launcher slurm" -- \
-      "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$WORK/orphan"
-    timeout 300 "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$WORK/orphan" --launcher slurm > "$WORK/orphan.out" 2>&1 \
+      "$FAX_RUN" sweep "${grid[@]}" -o "$WORK/orphan"
+    timeout 300 "$FAX_RUN" sweep "${grid[@]}" -o "$WORK/orphan" --launcher slurm > "$WORK/orphan.out" 2>&1 \
       || fail "following again: $(tail -3 "$WORK/orphan.out")"
     grep -q "submitted" "$WORK/orphan.out" && fail "trials submitted twice: $(cat "$WORK/orphan.out")"
     same_sweeps "$WORK/local" "$WORK/orphan"
