@@ -727,7 +727,7 @@ Subcommand add_bench_subcommand(CLI::App& app) {
   cmd->add_flag("--quick", o->quick, "fewer timed rounds (the whole bench in a few minutes)");
   cmd->add_option("--executors", o->executors, "executor threads (default: one per hardware thread)")
       ->check(CLI::Range(1, 1024));
-  cmd->add_option("-o,--output", o->output, "the HDF5 file to write (default: o->h5)")->type_name("BENCH.h5");
+  cmd->add_option("-o,--output", o->output, "the HDF5 file to write (default: bench.h5)")->type_name("BENCH.h5");
   add_plugin_dir_option(*cmd, o->plugin_dirs);
   cmd->add_option("--rss-probe", o->rss_probe)->group("")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--small-cohort-probe", o->small_cohort_probe)

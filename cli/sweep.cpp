@@ -520,7 +520,7 @@ Subcommand add_sweep_subcommand(CLI::App& app) {
       ->type_name("KEY=V1,V2,...");
   cmd->add_option("--set", o->overrides, "override a setting of every trial; repeatable")->type_name("KEY=VALUE");
   cmd->add_option("-o,--output", o->output,
-                        "the sweep directory: a run log per trial and the index o->h5 (default: <experiment name>.sweep)")
+                        "the sweep directory: a run log per trial and the index DIR/sweep.h5 (default: <experiment name>.sweep)")
       ->type_name("DIR");
   cmd->add_option("--executors", o->executors,
                         "threads for all trials at once (default: one per hardware thread; under Slurm: no cap); a "
