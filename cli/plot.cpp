@@ -166,7 +166,7 @@ Subcommand add_plot_subcommand(CLI::App& app) {
   cmd->add_option("--metric", o->metric, "the metric to draw (default: eval/accuracy)")->type_name("NAME");
   cmd->add_option("--x", o->x, "the x axis: round (default), or time: the simulated time of runs with a clock")
       ->check(CLI::IsMember({"round", "time"}));
-  cmd->add_option("-o,--output", o->output, "the SVG file to write (default: o->svg)")->type_name("OUT.svg");
+  cmd->add_option("-o,--output", o->output, "the SVG file to write (default: plot.svg)")->type_name("OUT.svg");
   cmd->add_option("--title", o->title, "the chart's title (default: the metric)");
   cmd->add_flag("--log-y", o->log_y, "logarithmic y axis");
   cmd->add_option("--width", o->width, "plot width in pixels, without the legend")->check(CLI::Range(200, 10000));
