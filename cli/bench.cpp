@@ -37,6 +37,7 @@
 #include "commands.h"
 #include "options.h"
 #include "setup.h"
+#include "shell_word.h"
 
 namespace fax::cli {
 namespace {
@@ -383,11 +384,7 @@ double async_schedule_step_s(int64_t population, int64_t concurrency, int64_t bu
 // The number a child `fax-run bench ARGS --plugin-dir ...` prints: a case measured in a fresh process.
 double probe(const std::string& args, const std::vector<std::string>& plugin_dirs) {
   std::string command = fmt::format("/proc/{}/exe bench {}", ::getpid(), args);
-  for (const std::string& dir : plugin_dirs) {
-    std::string quoted;  // for the shell popen runs: '...' with each ' as '\''
-    for (char ch : dir) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-    command += " --plugin-dir '" + quoted + "'";
-  }
+  for (const std::string& dir : plugin_dirs) command += " --plugin-dir " + shell_word(dir);  // popen runs a shell
   FILE* pipe = ::popen(command.c_str(), "r");
   FAX_CHECK(pipe != nullptr, "bench: cannot start '{}'", command);
   double value = 0;

@@ -2,6 +2,8 @@
 
 #include "sweep_slurm.h"
 
+#include "shell_word.h"
+
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -66,7 +68,12 @@ ToolResult run_tool(const std::vector<std::string>& args) {
     std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
     _exit(127);
   }
+  const int fork_errno = errno;
   close(out[1]), close(err[1]);
+  if (pid < 0) {
+    close(out[0]), close(err[0]);
+    throw Error(fmt::format("cannot run {}: fork: {}", args.front(), std::strerror(fork_errno)));
+  }
   ToolResult r;
   pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
   std::string* texts[2] = {&r.out, &r.err};
@@ -91,7 +98,6 @@ ToolResult run_tool(const std::vector<std::string>& args) {
   }
   for (auto& f : fds)
     if (f.fd >= 0) close(f.fd);
-  FAX_CHECK(pid > 0, "cannot run {}: fork: {}", args.front(), std::strerror(errno));
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -107,13 +113,6 @@ std::string first_line_of(const std::string& text) {
   while (std::getline(lines, line))
     if (line.find_first_not_of(" \t\r") != std::string::npos) return line;
   return "no output";
-}
-
-// One word for a bash script, in single quotes.
-std::string shell_word(const std::string& word) {
-  std::string q = "'";
-  for (char c : word) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
 }
 
 std::string words(const std::vector<std::string>& args) {
