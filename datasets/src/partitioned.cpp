@@ -31,10 +31,14 @@ PartitionedDataset::PartitionedDataset(Examples train, Examples test, int64_t nu
 
 int64_t PartitionedDataset::num_examples(int64_t client) const { return clients_.at(client).numel(); }
 
-Examples PartitionedDataset::client(int64_t client) const {
+at::Tensor PartitionedDataset::client_rows(int64_t client) const {
   FAX_CHECK(client >= 0 && client < num_clients(), "client {} is not in the population (0..{})", client,
             num_clients() - 1);
-  const at::Tensor& rows = clients_[client];
+  return clients_[client];
+}
+
+Examples PartitionedDataset::client(int64_t client) const {
+  const at::Tensor& rows = client_rows(client);
   return {train_.x.index_select(0, rows), train_.y.index_select(0, rows)};
 }
 

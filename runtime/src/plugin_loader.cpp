@@ -199,6 +199,10 @@ class GuardedDataset final : public FederatedDataset {
   std::optional<Augmentation> augmentation() const override {
     return wall_.call("augmentation", [&] { return inner_->augmentation(); });
   }
+  const Examples* pool() const override { return wall_.call("pool", [&] { return inner_->pool(); }); }
+  at::Tensor client_rows(int64_t client) const override {
+    return wall_.call("client_rows", [&] { return inner_->client_rows(client); });
+  }
 
  private:
   FederatedDataset* inner_;

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <set>
 #include <tuple>
 
@@ -543,6 +544,82 @@ TEST_F(LocalTrainingTest, AugmentationCropsAndFlipsEachSlotFromTheClientsStream)
     EXPECT_EQ(flips.size(), 2u);
     return at::zeros({1});
   });
+}
+
+
+// Images [2, 3, 3] in one pool of 30; clients 0..2 hold rows of it in no particular order. With
+// `expose` the pool is offered to local training, else only client(); `rows0` replaces client 0's
+// rows (a data set that lies about its pool).
+class PooledImages final : public FederatedDataset {
+ public:
+  explicit PooledImages(bool expose, at::Tensor rows0 = {}) : expose_(expose) {
+    pool_ = {at::arange(1, 30 * 18 + 1, at::kFloat).view({30, 2, 3, 3}), at::arange(30, at::kLong) % 3};
+    rows_ = {at::tensor({17, 3, 29, 8, 0, 12, 21}, at::kLong), at::tensor({5, 26, 14, 9}, at::kLong),
+             at::tensor({1, 2, 22, 23, 27, 11, 6, 19, 4, 15, 25}, at::kLong)};
+    if (rows0.defined()) rows_[0] = rows0;
+  }
+  std::string describe() const override { return "pooled images"; }
+  int64_t num_clients() const override { return 3; }
+  int64_t num_examples(int64_t client) const override { return client == 0 ? 7 : rows_.at(client).size(0); }
+  Examples client(int64_t client) const override {
+    const at::Tensor rows = rows_.at(client).to(at::kLong);
+    return {pool_.x.index_select(0, rows), pool_.y.index_select(0, rows)};
+  }
+  const Examples& test() const override { return pool_; }
+  std::vector<int64_t> input_shape() const override { return {2, 3, 3}; }
+  int64_t num_classes() const override { return 3; }
+  std::optional<Augmentation> augmentation() const override { return Augmentation{1, true, {-1.0, -2.0}}; }
+  const Examples* pool() const override { return expose_ ? &pool_ : nullptr; }
+  at::Tensor client_rows(int64_t client) const override { return rows_.at(client); }
+
+ private:
+  bool expose_;
+  Examples pool_;
+  std::vector<at::Tensor> rows_;
+};
+
+// Gathering straight from a data set's pool gives the batches (augmented or not) that its clients'
+// own examples give, step by step and in blocks, masked slots included.
+TEST_F(LocalTrainingTest, BatchesFromAPoolEqualBatchesFromTheClientsExamples) {
+  const PooledImages pooled(true), own(false);
+  on_chunk({2, 0, 1}, [&](const ClientChunk& c) {
+    for (const bool augment : {false, true}) {
+      for (const int64_t b : {4, 0}) {
+        const ClientBatches from_pool(c, pooled, 2, b, augment), from_clients(c, own, 2, b, augment);
+        EXPECT_TRUE(at::equal(from_pool.counts(), from_clients.counts()));  // so the steps agree too
+        for (int64_t s = 0; s < std::min(from_pool.steps(), from_clients.steps()); ++s) {
+          const Batch p = from_pool.batch(s), q = from_clients.batch(s);
+          EXPECT_TRUE(at::equal(p.x, q.x) && at::equal(p.y, q.y) && at::equal(p.mask, q.mask))
+              << "step " << s << ", batch " << b << ", augment " << augment;
+        }
+        const at::Tensor some = at::tensor({2, 0}, at::kLong);
+        const int64_t all = std::min(from_pool.steps(), from_clients.steps());
+        const Batch p = from_pool.batches(0, all, some), q = from_clients.batches(0, all, some);
+        EXPECT_TRUE(at::equal(p.x, q.x) && at::equal(p.y, q.y) && at::equal(p.mask, q.mask));
+      }
+    }
+    return at::zeros({1});
+  });
+}
+
+// A pool's rows are checked before they are read: out of range, the wrong type or count.
+TEST_F(LocalTrainingTest, PoolRowsOutsideThePoolAreRefused) {
+  const std::vector<std::pair<at::Tensor, std::string>> lies = {
+      {at::tensor({17, 3, 29, 8, 0, 12, 30}, at::kLong), "run from 0 to 30, outside 0..29"},
+      {at::tensor({17, 3, 29, 8, -1, 12, 21}, at::kLong), "run from -1 to 29, outside 0..29"},
+      {at::tensor({17, 3, 29, 8, 0, 12, 21}, at::kInt), "client 0's rows of its example pool are not [7] int64"},
+      {at::tensor({17, 3, 29}, at::kLong), "client 0's rows of its example pool are not [7] int64"}};
+  for (const auto& [rows, message] : lies) {
+    const PooledImages lying(true, rows);
+    const std::string error = test::error_of([&] {
+      on_chunk({1, 0}, [&](const ClientChunk& c) {
+        ClientBatches(c, lying, 1, 4);
+        return at::zeros({1});
+      });
+    });
+    EXPECT_NE(error.find("data set pooled images: client 0's rows of its example pool"), std::string::npos) << error;
+    EXPECT_NE(error.find(message), std::string::npos) << error;
+  }
 }
 
 }  // namespace

@@ -36,6 +36,22 @@ at::Tensor augment_images(const at::Tensor& x, const at::Tensor& draws, const Au
   return cropped.gather(3, cols.view({n, 1, 1, w}).expand({n, c, h, w})).view(x.sizes());
 }
 
+// Client `id`'s rows of the data set's pool, checked: a data set's word is not trusted with reads.
+at::Tensor pool_rows(const FederatedDataset& data, const Examples& pool, int64_t id) {
+  const at::Tensor rows = data.client_rows(id);
+  const int64_t n = data.num_examples(id);
+  FAX_CHECK(rows.defined() && rows.dim() == 1 && rows.scalar_type() == at::kLong && rows.size(0) == n,
+            "data set {}: {}'s rows of its example pool are not [{}] int64", data.describe(), describe_client(data, id), n);
+  FAX_CHECK(pool.y.defined() && pool.y.size(0) == pool.size(), "data set {}: its example pool has {} inputs but {} labels",
+            data.describe(), pool.size(), pool.y.defined() ? pool.y.size(0) : 0);
+  if (n > 0) {
+    const int64_t lo = rows.min().item<int64_t>(), hi = rows.max().item<int64_t>();
+    FAX_CHECK(lo >= 0 && hi < pool.size(), "data set {}: {}'s rows of its example pool run from {} to {}, outside 0..{}",
+              data.describe(), describe_client(data, id), lo, hi, pool.size() - 1);
+  }
+  return rows;
+}
+
 }  // namespace
 
 ClientBatches::ClientBatches(const ClientChunk& chunk, const FederatedDataset& data, int64_t epochs,
@@ -43,32 +59,39 @@ ClientBatches::ClientBatches(const ClientChunk& chunk, const FederatedDataset& d
   FAX_CHECK(epochs > 0, "local training needs at least one epoch (got {})", epochs);
   FAX_CHECK(batch_size >= 0, "batch size must be positive, or 0 for full batch (got {})", batch_size);
   const int64_t k = chunk.size;
+  // Pooled data sets: each client's rows of the pool; else each client's examples, joined below.
+  const Examples* pool = k > 0 ? data.pool() : nullptr;
+  std::vector<at::Tensor> pooled;
   std::vector<Examples> clients;
   std::vector<int64_t> sizes;
   int64_t widest = 0;
   for (int64_t i = 0; i < k; ++i) {
-    clients.push_back(data.client(chunk.client_id(i)));
-    const int64_t n = clients.back().size();
-    FAX_CHECK(n > 0, "client {} has no training examples", chunk.client_id(i));
+    const int64_t id = chunk.client_id(i);
+    if (pool != nullptr) {
+      pooled.push_back(pool_rows(data, *pool, id));
+    } else {
+      clients.push_back(data.client(id));
+    }
+    const int64_t n = pool != nullptr ? pooled.back().size(0) : clients.back().size();
+    FAX_CHECK(n > 0, "client {} has no training examples", id);
     sizes.push_back(n);
     widest = std::max(widest, n);
   }
+  const at::Tensor& inputs = pool != nullptr ? pool->x : k > 0 ? clients[0].x : at::Tensor();
   // A chunk of no clients (an empty logical shard) has no step, and batches of one empty slot.
   const int64_t b = batch_size > 0 ? batch_size : std::max<int64_t>(widest, 1);
   auto batches_per_epoch = [b](int64_t n) { return (n + b - 1) / b; };
   int64_t steps = 0;
   for (int64_t n : sizes) steps = std::max(steps, epochs * batches_per_epoch(n));
 
-  std::vector<at::Tensor> xs, ys;
   index_ = at::zeros({steps, k, b}, at::kLong);
   mask_ = at::zeros({steps, k, b});
   if (augment) augmentation_ = data.augmentation();
   if (augmentation_) {
-    FAX_CHECK(k == 0 || (clients[0].x.dim() == 4 && augmentation_->pad >= 0 &&
-                         (augmentation_->fill.empty() ||
-                          static_cast<int64_t>(augmentation_->fill.size()) == clients[0].x.size(1))),
+    FAX_CHECK(k == 0 || (inputs.dim() == 4 && augmentation_->pad >= 0 &&
+                         (augmentation_->fill.empty() || static_cast<int64_t>(augmentation_->fill.size()) == inputs.size(1))),
               "augmentation needs images [C, H, W] and a fill value per channel (inputs are [{}])",
-              fmt::join(clients[0].x.sizes().slice(1), ", "));
+              fmt::join(inputs.sizes().slice(1), ", "));
     draws_ = at::zeros({steps, k, b, 3}, at::kLong);
     draws_.narrow(3, 0, 2).fill_(augmentation_->pad);  // masked slots: the image as it is
   }
@@ -77,35 +100,45 @@ ClientBatches::ClientBatches(const ClientChunk& chunk, const FederatedDataset& d
     const int64_t n = sizes[i];
     const int64_t per_epoch = batches_per_epoch(n);
     at::Generator g = chunk.generator(i);
-    // Slots past the client's data point at its first example and are masked out.
-    at::Tensor order = at::full({epochs, per_epoch * b}, offset, at::kLong);
+    // The client's rows of x_, in order; slots past its data point at its first one, masked out.
+    const at::Tensor mine = pool != nullptr ? pooled[i] : at::arange(offset, offset + n, at::kLong);
+    const int64_t first = pool != nullptr ? mine[0].item<int64_t>() : offset;
+    at::Tensor order = at::full({epochs, per_epoch * b}, first, at::kLong);
     at::Tensor used = at::zeros({epochs, per_epoch * b});
     for (int64_t e = 0; e < epochs; ++e) {
-      order[e].narrow(0, 0, n).copy_(at::randperm(n, g, at::kLong) + offset);
+      order[e].narrow(0, 0, n).copy_(mine.index_select(0, at::randperm(n, g, at::kLong)));
       used[e].narrow(0, 0, n).fill_(1.0);
     }
-    index_.select(1, i).fill_(offset);
+    index_.select(1, i).fill_(first);
     index_.select(1, i).narrow(0, 0, epochs * per_epoch).copy_(order.view({epochs * per_epoch, b}));
     mask_.select(1, i).narrow(0, 0, epochs * per_epoch).copy_(used.view({epochs * per_epoch, b}));
     if (augmentation_) {
-      at::Tensor mine = draws_.select(1, i).narrow(0, 0, epochs * per_epoch);
-      mine.narrow(2, 0, 2).copy_(at::randint(0, 2 * augmentation_->pad + 1, {epochs * per_epoch, b, 2}, g, at::kLong));
-      if (augmentation_->flip) mine.narrow(2, 2, 1).copy_(at::randint(0, 2, {epochs * per_epoch, b, 1}, g, at::kLong));
+      at::Tensor drawn = draws_.select(1, i).narrow(0, 0, epochs * per_epoch);
+      drawn.narrow(2, 0, 2).copy_(at::randint(0, 2 * augmentation_->pad + 1, {epochs * per_epoch, b, 2}, g, at::kLong));
+      if (augmentation_->flip) drawn.narrow(2, 2, 1).copy_(at::randint(0, 2, {epochs * per_epoch, b, 1}, g, at::kLong));
     }
-    xs.push_back(clients[i].x);
-    ys.push_back(clients[i].y);
     offset += n;
   }
-  if (k == 0) {
-    // No examples, shaped like everyone's.
-    const Examples& like = data.test().size() > 0 ? data.test() : data.client(0);
-    xs.push_back(like.x.narrow(0, 0, 0));
-    ys.push_back(like.y.narrow(0, 0, 0));
+  if (pool != nullptr) {
+    x_ = pool->x;
+    y_ = pool->y;
+  } else {
+    std::vector<at::Tensor> xs, ys;
+    for (const Examples& c : clients) {
+      xs.push_back(c.x);
+      ys.push_back(c.y);
+    }
+    if (k == 0) {
+      // No examples, shaped like everyone's.
+      const Examples& like = data.test().size() > 0 ? data.test() : data.client(0);
+      xs.push_back(like.x.narrow(0, 0, 0));
+      ys.push_back(like.y.narrow(0, 0, 0));
+    }
+    // One client's examples are read where they lie (cat would copy them).
+    const auto joined = [](const std::vector<at::Tensor>& parts) { return parts.size() == 1 ? parts[0] : at::cat(parts); };
+    x_ = joined(xs);
+    y_ = joined(ys);
   }
-  // One client's examples are read where they lie (cat would copy them).
-  const auto joined = [](const std::vector<at::Tensor>& parts) { return parts.size() == 1 ? parts[0] : at::cat(parts); };
-  x_ = joined(xs);
-  y_ = joined(ys);
   // Masks and counts weigh losses: float, in the inputs' precision when those are floats.
   const at::ScalarType weight_type = x_.is_floating_point() ? x_.scalar_type() : at::kFloat;
   mask_ = mask_.to(weight_type);

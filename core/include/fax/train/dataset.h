@@ -54,6 +54,12 @@ class FederatedDataset {
   virtual int64_t num_classes() const = 0;
   /// What local training does to the training images; none by default.
   virtual std::optional<Augmentation> augmentation() const { return std::nullopt; }
+  /// The examples of every client in one pool, when the data set keeps them so; nullptr: none.
+  /// Then client_rows(c) are client c's rows of it ([n] int64, n = num_examples(c)), and client(c)
+  /// must equal those rows: local training gathers its batches straight from the pool, one copy
+  /// instead of client()'s, a join and the gather.
+  virtual const Examples* pool() const { return nullptr; }
+  virtual at::Tensor client_rows(int64_t) const { return {}; }
 };
 
 /// What a model needs to know of `data`: its inputs' shape and type, its classes, its labels' rank.

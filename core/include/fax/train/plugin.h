@@ -39,7 +39,7 @@
 
 /// Bumped whenever FaxPluginInfo, fax::Algorithm, fax::Model or the types they pass change
 /// incompatibly.
-#define FAX_PLUGIN_ABI_VERSION 9
+#define FAX_PLUGIN_ABI_VERSION 10
 #define FAX_PLUGIN_ENTRY_POINT "fax_plugin_info"
 
 extern "C" {

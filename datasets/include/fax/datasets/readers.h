@@ -27,6 +27,8 @@ class PartitionedDataset final : public FederatedDataset {
   std::vector<int64_t> input_shape() const override;
   int64_t num_classes() const override { return num_classes_; }
   std::optional<Augmentation> augmentation() const override { return augmentation_; }
+  const Examples* pool() const override { return &train_; }
+  at::Tensor client_rows(int64_t client) const override;
 
  private:
   Examples train_;
