@@ -328,6 +328,26 @@ TEST_F(ModelsTest, BatchedMatmulAddsItsAddend) {
   EXPECT_THROW(fax::batched_matmul(a, b, 1.0, at::randn({2, 3, 5}, at::kDouble)), Error);
 }
 
+// batched_matmul_add_ writes batched_matmul's sum with an addend into the addend itself, bit for
+// bit: float and double, a transposed operand, an empty inner axis (nothing added). A c that is not
+// contiguous or not the product's shape, or a product that needs a gradient, is refused.
+TEST_F(ModelsTest, BatchedMatmulAddInPlaceHasTheBitsOfTheAddend) {
+  for (const at::ScalarType type : {at::kDouble, at::kFloat}) {
+    for (const int64_t inner : {5, 0}) {
+      const at::Tensor a = at::randn({3, inner, 4}, type).transpose(-2, -1), b = at::randn({3, inner, 6}, type);
+      const at::Tensor c = at::randn({3, 4, 6}, type);
+      const at::Tensor expected = fax::batched_matmul(a, b, -0.7, c);
+      at::Tensor in_place = c.clone();
+      fax::batched_matmul_add_(in_place, a, b, -0.7);
+      EXPECT_EQ(test::bytes_of(in_place), test::bytes_of(expected)) << c10::toString(type) << ", inner " << inner;
+    }
+  }
+  const at::Tensor a = at::randn({2, 3, 4}), b = at::randn({2, 4, 5});
+  EXPECT_THROW(fax::batched_matmul_add_(at::randn({2, 5, 3}).transpose(-2, -1), a, b), Error);
+  EXPECT_THROW(fax::batched_matmul_add_(at::randn({2, 3, 4}), a, b), Error);
+  EXPECT_THROW(fax::batched_matmul_add_(at::randn({2, 3, 5}), a.requires_grad_(), b), Error);
+}
+
 // A per-client linear layer against baddbmm (each client's rows times its weights plus its bias):
 // inputs with one and two example axes, weights broadcast to every client (a stride-0 clients
 // axis), an input that needs no gradient (a model's data), an empty inner axis; in double and

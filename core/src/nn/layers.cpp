@@ -161,12 +161,33 @@ at::Tensor group_norm(const at::Tensor& x, int64_t groups, const at::Tensor& gam
   return normalized * shaped(gamma) + shaped(beta);
 }
 
-at::Tensor batched_matmul(const at::Tensor& a, const at::Tensor& b, double scale, const at::Tensor& addend) {
+namespace {
+void check_product_shapes(const at::Tensor& a, const at::Tensor& b) {
   FAX_CHECK(a.dim() >= 2 && a.dim() == b.dim() && a.sizes().slice(0, a.dim() - 2) == b.sizes().slice(0, b.dim() - 2) &&
                 a.size(-1) == b.size(-2),
             "batched_matmul: shapes [{}] and [{}] do not match ([..., m, k] and [..., k, n])", fmt::join(a.sizes(), ", "),
             fmt::join(b.sizes(), ", "));
   check_alike("batched_matmul", {a, b});
+}
+}  // namespace
+
+void batched_matmul_add_(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double scale) {
+  check_product_shapes(a, b);
+  check_alike("batched_matmul_add_", {a, c});
+  FAX_CHECK(c.sizes() == at::IntArrayRef(with_last(a.sizes(), b.size(-1))) && c.is_contiguous(),
+            "batched_matmul_add_: c [{}] is not a contiguous [{}, {}]", fmt::join(c.sizes(), ", "),
+            fmt::join(a.sizes().slice(0, a.dim() - 1), ", "), b.size(-1));
+  FAX_CHECK(!at::GradMode::is_enabled() || !(a.requires_grad() || b.requires_grad() || c.requires_grad()),
+            "batched_matmul_add_: works outside autograd (use batched_matmul with an addend)");
+  if (!own_kernel_takes(a)) {
+    c.add_(scale == 1.0 ? at::matmul(a, b) : at::matmul(a, b) * scale);
+    return;
+  }
+  kernels::batched_matmul_accumulate(c, a, b, scale);
+}
+
+at::Tensor batched_matmul(const at::Tensor& a, const at::Tensor& b, double scale, const at::Tensor& addend) {
+  check_product_shapes(a, b);
   if (addend.defined()) {
     check_alike("batched_matmul", {a, addend});
     const std::vector<int64_t> shape = with_last(a.sizes(), b.size(-1));

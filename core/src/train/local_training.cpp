@@ -387,6 +387,7 @@ LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, c
                                   const TensorTree& start, const at::Tensor& step_size, bool defer) {
   const int64_t b = batches.batch_size();
   at::Tensor w = start.at(layer.weight).detach();  // [k, d, h]
+  bool w_owned = false;                             // start's rows are the caller's
   at::Tensor bias = start.at(layer.bias).detach().clone();
   FAX_CHECK(w.dim() == 3 && bias.dim() == 2, "{}: the input layer {} needs a clients axis", model.describe(),
             layer.weight);
@@ -458,7 +459,13 @@ LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, c
       break;
     }
     at::NoGradGuard no_grad;
-    w = batched_matmul(x.transpose(1, 2), u, -1.0, w);
+    // Once w holds rows of its own (a block has ended), the next blocks update them in place.
+    if (w_owned) {
+      batched_matmul_add_(w, x.transpose(1, 2), u, -1.0);
+    } else {
+      w = batched_matmul(x.transpose(1, 2), u, -1.0, w);
+      w_owned = true;
+    }
   }
   TensorTree params;  // in start's order
   for (const auto& [name, t] : start) {

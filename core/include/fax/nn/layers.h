@@ -43,6 +43,9 @@ at::Tensor group_norm(const at::Tensor& x, int64_t groups, const at::Tensor& gam
 /// Differentiable to any order.
 at::Tensor batched_matmul(const at::Tensor& a, const at::Tensor& b, double scale = 1.0,
                           const at::Tensor& addend = at::Tensor());
+/// c += scale * a @ b in place, c contiguous [..., m, n] (every matrix its own): the bits of
+/// batched_matmul(a, b, scale, c) without its copy of c. Outside autograd only.
+void batched_matmul_add_(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double scale = 1.0);
 
 /// Multi-head causal self-attention of x [k, b, t, d] (or [b, t, d]) with fused projections
 /// w_qkv [k, d, 3d], b_qkv [k, 3d] and w_out [k, d, d], b_out [k, d] (or without k).

@@ -71,15 +71,15 @@ GemmOperand readable_operand(at::Tensor& x) {
   return *gemm_operand(x);
 }
 
-// scale * a b, plus `addend` (broadcast to [..., m, n]) when it is defined: GEMM adds the product
-// to it in place, as baddbmm does.
-at::Tensor batched_matmul_kernel(at::Tensor a, at::Tensor b, double scale, const at::Tensor& addend) {
+// out [..., m, n] (contiguous) = scale * a b, plus out's own values with `accumulate`: one GEMM a
+// matrix, which adds the product to them in place, as baddbmm does.
+void gemm_into(const at::Tensor& out, at::Tensor a, at::Tensor b, double scale, bool accumulate) {
   const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
-  const std::vector<int64_t> shape = with_last(a.sizes(), n);
-  at::Tensor out = at::empty(shape, a.options());
-  if (addend.defined()) out.copy_(addend.expand(shape));
-  if (out.numel() == 0) return out;
-  if (k == 0) return addend.defined() ? out : out.zero_();
+  if (out.numel() == 0) return;
+  if (k == 0) {
+    if (!accumulate) out.zero_();
+    return;
+  }
   const GemmOperand la = readable_operand(a), lb = readable_operand(b);
   const int64_t lead = a.dim() - 2;
   const int64_t matrices = out.numel() / (m * n);
@@ -91,7 +91,7 @@ at::Tensor batched_matmul_kernel(at::Tensor a, at::Tensor b, double scale, const
     int64_t a_offset = 0, b_offset = 0;
     for (int64_t i = 0; i < matrices; ++i) {
       gemm(la.trans, lb.trans, m, n, k, static_cast<scalar_t>(scale), ap + a_offset, la.ld, bp + b_offset, lb.ld,
-           static_cast<scalar_t>(addend.defined() ? 1 : 0), cp + i * m * n, n);
+           static_cast<scalar_t>(accumulate ? 1 : 0), cp + i * m * n, n);
       // The next leading index, odometer-style.
       for (int64_t axis = lead - 1; axis >= 0; --axis) {
         a_offset += a.stride(axis);
@@ -103,6 +103,14 @@ at::Tensor batched_matmul_kernel(at::Tensor a, at::Tensor b, double scale, const
       }
     }
   });
+}
+
+// scale * a b, plus `addend` (broadcast to [..., m, n]) when it is defined.
+at::Tensor batched_matmul_kernel(const at::Tensor& a, const at::Tensor& b, double scale, const at::Tensor& addend) {
+  const std::vector<int64_t> shape = with_last(a.sizes(), b.size(-1));
+  at::Tensor out = at::empty(shape, a.options());
+  if (addend.defined()) out.copy_(addend.expand(shape));
+  gemm_into(out, a, b, scale, addend.defined());
   return out;
 }
 
@@ -135,6 +143,10 @@ struct BatchedMatmulFn : public torch::autograd::Function<BatchedMatmulFn> {
 };
 
 }  // namespace
+
+void batched_matmul_accumulate(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double scale) {
+  gemm_into(c, a, b, scale, true);
+}
 
 at::Tensor batched_matmul_product(const at::Tensor& a, const at::Tensor& b, double scale, const at::Tensor& addend) {
   return BatchedMatmulFn::apply(a, b, scale, addend.defined() ? c10::optional<at::Tensor>(addend) : c10::nullopt);
