@@ -165,7 +165,10 @@ Batch ClientBatches::gather(const at::Tensor& index, const at::Tensor& mask, con
     return out;
   };
   const at::Tensor flat = index.reshape({-1});
-  at::Tensor x = x_.index_select(0, flat).view(shape(x_));
+  // Rows gathered from a matrix (a view when x_ is contiguous): LibTorch's index_select copies the
+  // rows of a 2-D tensor several times faster than the same bytes as rows of a 4-D one.
+  const at::Tensor rows = x_.dim() > 2 && x_.is_contiguous() ? x_.flatten(1) : x_;
+  at::Tensor x = rows.index_select(0, flat).view(shape(x_));
   if (augmentation_) x = augment_images(x, draws, *augmentation_);
   return {x, y_.index_select(0, flat).view(shape(y_)), mask};
 }
