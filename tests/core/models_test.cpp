@@ -329,8 +329,9 @@ TEST_F(ModelsTest, BatchedMatmulAddsItsAddend) {
 }
 
 // batched_matmul_add_ writes batched_matmul's sum with an addend into the addend itself, bit for
-// bit: float and double, a transposed operand, an empty inner axis (nothing added). A c that is not
-// contiguous or not the product's shape, or a product that needs a gradient, is refused.
+// bit: float and double, a transposed operand, an empty inner axis (nothing added), a subset of
+// c's matrices. A c that is not contiguous or not the product's shape, rows out of range, of the
+// wrong count or type, or a product that needs a gradient, are refused.
 TEST_F(ModelsTest, BatchedMatmulAddInPlaceHasTheBitsOfTheAddend) {
   for (const at::ScalarType type : {at::kDouble, at::kFloat}) {
     for (const int64_t inner : {5, 0}) {
@@ -342,7 +343,26 @@ TEST_F(ModelsTest, BatchedMatmulAddInPlaceHasTheBitsOfTheAddend) {
       EXPECT_EQ(test::bytes_of(in_place), test::bytes_of(expected)) << c10::toString(type) << ", inner " << inner;
     }
   }
+  // With rows: those matrices of c move, each as batched_matmul on the gathered rows would; the
+  // others keep their bits. batched_matmul_rows reads b's matrices by row the same way.
+  for (const at::ScalarType type : {at::kDouble, at::kFloat}) {
+    const at::Tensor a = at::randn({2, 5, 4}, type).transpose(-2, -1), b = at::randn({2, 5, 6}, type);
+    const at::Tensor c = at::randn({4, 4, 6}, type), rows = at::tensor({3, 1}, at::kLong);
+    const at::Tensor expected = c.clone().index_copy_(0, rows, fax::batched_matmul(a, b, -0.7, c.index_select(0, rows)));
+    const at::Tensor in_place = c.clone();
+    fax::batched_matmul_add_(in_place, a, b, -0.7, rows);
+    EXPECT_EQ(test::bytes_of(in_place), test::bytes_of(expected)) << c10::toString(type);
+    const at::Tensor many = at::randn({4, 5, 6}, type);
+    EXPECT_EQ(test::bytes_of(fax::batched_matmul_rows(a, many, rows, -0.7)),
+              test::bytes_of(fax::batched_matmul(a, many.index_select(0, rows), -0.7)))
+        << c10::toString(type);
+  }
   const at::Tensor a = at::randn({2, 3, 4}), b = at::randn({2, 4, 5});
+  const at::Tensor four = at::randn({4, 3, 5});
+  EXPECT_THROW(fax::batched_matmul_add_(four, a, b, 1.0, at::tensor({0, 4}, at::kLong)), Error);
+  EXPECT_THROW(fax::batched_matmul_add_(four, a, b, 1.0, at::tensor({0}, at::kLong)), Error);
+  EXPECT_THROW(fax::batched_matmul_add_(four, a, b, 1.0, at::tensor({0, 1}, at::kInt)), Error);
+  EXPECT_THROW(fax::batched_matmul_rows(a, at::randn({4, 4, 5}), at::tensor({-1, 0}, at::kLong)), Error);
   EXPECT_THROW(fax::batched_matmul_add_(at::randn({2, 5, 3}).transpose(-2, -1), a, b), Error);
   EXPECT_THROW(fax::batched_matmul_add_(at::randn({2, 3, 4}), a, b), Error);
   EXPECT_THROW(fax::batched_matmul_add_(at::randn({2, 3, 5}), a.requires_grad_(), b), Error);

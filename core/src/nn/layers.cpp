@@ -171,19 +171,60 @@ void check_product_shapes(const at::Tensor& a, const at::Tensor& b) {
 }
 }  // namespace
 
-void batched_matmul_add_(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double scale) {
+namespace {
+// `rows` as batched_matmul_rows / batched_matmul_add_ take it: undefined, or [k] int64 into an axis of `size`.
+std::vector<int64_t> matrix_rows(const char* op, const at::Tensor& rows, int64_t k, int64_t size) {
+  if (!rows.defined()) return {};
+  FAX_CHECK(rows.dim() == 1 && rows.size(0) == k && rows.scalar_type() == at::kLong, "{}: rows must be [{}] int64", op, k);
+  const at::Tensor cpu = rows.cpu().contiguous();
+  std::vector<int64_t> out(cpu.data_ptr<int64_t>(), cpu.data_ptr<int64_t>() + k);
+  for (int64_t r : out) FAX_CHECK(r >= 0 && r < size, "{}: row {} is outside 0..{}", op, r, size - 1);
+  return out;
+}
+
+void check_outside_autograd(const char* op, std::initializer_list<std::reference_wrapper<const at::Tensor>> operands) {
+  const bool graph = at::GradMode::is_enabled() &&
+                     std::any_of(operands.begin(), operands.end(), [](const at::Tensor& t) { return t.requires_grad(); });
+  FAX_CHECK(!graph, "{}: works outside autograd (use batched_matmul)", op);
+}
+}  // namespace
+
+void batched_matmul_add_(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double scale,
+                         const at::Tensor& rows) {
   check_product_shapes(a, b);
   check_alike("batched_matmul_add_", {a, c});
-  FAX_CHECK(c.sizes() == at::IntArrayRef(with_last(a.sizes(), b.size(-1))) && c.is_contiguous(),
-            "batched_matmul_add_: c [{}] is not a contiguous [{}, {}]", fmt::join(c.sizes(), ", "),
-            fmt::join(a.sizes().slice(0, a.dim() - 1), ", "), b.size(-1));
-  FAX_CHECK(!at::GradMode::is_enabled() || !(a.requires_grad() || b.requires_grad() || c.requires_grad()),
-            "batched_matmul_add_: works outside autograd (use batched_matmul with an addend)");
+  check_outside_autograd("batched_matmul_add_", {a, b, c});
+  std::vector<int64_t> shape = with_last(a.sizes(), b.size(-1));
+  if (rows.defined()) {
+    FAX_CHECK(a.dim() == 3 && c.dim() == 3, "batched_matmul_add_: rows need one leading axis (a [k, m, k'])");
+    shape[0] = c.size(0);
+  }
+  FAX_CHECK(c.sizes() == at::IntArrayRef(shape) && c.is_contiguous(), "batched_matmul_add_: c [{}] is not a contiguous [{}]",
+            fmt::join(c.sizes(), ", "), fmt::join(shape, ", "));
+  const std::vector<int64_t> which = matrix_rows("batched_matmul_add_", rows, a.dim() == 3 ? a.size(0) : 0, c.size(0));
   if (!own_kernel_takes(a)) {
-    c.add_(scale == 1.0 ? at::matmul(a, b) : at::matmul(a, b) * scale);
+    const at::Tensor product = scale == 1.0 ? at::matmul(a, b) : at::matmul(a, b) * scale;
+    if (rows.defined()) c.index_add_(0, rows, product);
+    else c.add_(product);
     return;
   }
-  kernels::batched_matmul_accumulate(c, a, b, scale);
+  kernels::batched_matmul_into(c, a, b, scale, true, {nullptr, rows.defined() ? which.data() : nullptr});
+}
+
+at::Tensor batched_matmul_rows(const at::Tensor& a, const at::Tensor& b, const at::Tensor& rows, double scale) {
+  FAX_CHECK(a.dim() == 3 && b.dim() == 3 && a.size(2) == b.size(1),
+            "batched_matmul_rows: shapes [{}] and [{}] do not match ([k, m, k'] and [K, k', n])", fmt::join(a.sizes(), ", "),
+            fmt::join(b.sizes(), ", "));
+  check_alike("batched_matmul_rows", {a, b});
+  check_outside_autograd("batched_matmul_rows", {a, b});
+  const std::vector<int64_t> which = matrix_rows("batched_matmul_rows", rows, a.size(0), b.size(0));
+  if (!own_kernel_takes(a)) {
+    const at::Tensor product = at::matmul(a, b.index_select(0, rows));
+    return scale == 1.0 ? product : product * scale;
+  }
+  at::Tensor out = at::empty({a.size(0), a.size(1), b.size(2)}, a.options());
+  kernels::batched_matmul_into(out, a, b, scale, false, {which.data(), nullptr});
+  return out;
 }
 
 at::Tensor batched_matmul(const at::Tensor& a, const at::Tensor& b, double scale, const at::Tensor& addend) {

@@ -391,6 +391,10 @@ LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, c
   const int64_t b = batches.batch_size();
   at::Tensor w = start.at(layer.weight).detach();  // [k, d, h]
   bool w_owned = false;                             // start's rows are the caller's
+  // With features known up front, w keeps every client's rows and the products read and update
+  // those of the clients still training in place (gathering 40 MB at each leave cost more than the
+  // block's update); learned features differentiate through w's product, which needs them gathered.
+  const bool w_keeps_rows = !layer.learned_features;
   at::Tensor bias = start.at(layer.bias).detach().clone();
   FAX_CHECK(w.dim() == 3 && bias.dim() == 2, "{}: the input layer {} needs a clients axis", model.describe(),
             layer.weight);
@@ -408,14 +412,14 @@ LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, c
   // f W for rows f [k, n, d]; clients that start from one broadcast W (a stride-0 clients axis)
   // share one product.
   const auto times_w = [&](const at::Tensor& f) {
-    return w.stride(0) == 0 ? batched_matmul(f.reshape({-1, d}), w[0]).view({f.size(0), f.size(1), h})
-                            : batched_matmul(f, w);
+    if (w.stride(0) == 0) return batched_matmul(f.reshape({-1, d}), w[0]).view({f.size(0), f.size(1), h});
+    return w_keeps_rows && live.clients().defined() ? batched_matmul_rows(f, w, live.clients()) : batched_matmul(f, w);
   };
   for (int64_t first = 0; first < batches.steps(); first += block) {
     check_interrupt();
     // Clients leave between blocks (w's update needs a block's rows whole).
     if (leaving && live.leave(first)) {
-      w = live.retire(w, layer.weight);
+      if (!w_keeps_rows) w = live.retire(w, layer.weight);
       bias = live.retire(bias, layer.bias);
       rest = retire_leaves(model, live, rest);
       inputs = trained_leaves(model, rest);
@@ -464,7 +468,7 @@ LocalSgdResult factored_local_sgd(const Model& model, const InputLayer& layer, c
     at::NoGradGuard no_grad;
     // Once w holds rows of its own (a block has ended), the next blocks update them in place.
     if (w_owned) {
-      batched_matmul_add_(w, x.transpose(1, 2), u, -1.0);
+      batched_matmul_add_(w, x.transpose(1, 2), u, -1.0, w_keeps_rows ? live.clients() : at::Tensor());
     } else {
       w = batched_matmul(x.transpose(1, 2), u, -1.0, w);
       w_owned = true;

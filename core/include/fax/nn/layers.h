@@ -44,8 +44,14 @@ at::Tensor group_norm(const at::Tensor& x, int64_t groups, const at::Tensor& gam
 at::Tensor batched_matmul(const at::Tensor& a, const at::Tensor& b, double scale = 1.0,
                           const at::Tensor& addend = at::Tensor());
 /// c += scale * a @ b in place, c contiguous [..., m, n] (every matrix its own): the bits of
-/// batched_matmul(a, b, scale, c) without its copy of c. Outside autograd only.
-void batched_matmul_add_(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double scale = 1.0);
+/// batched_matmul(a, b, scale, c) without its copy of c. With `rows` ([k] int64, a [k, m, k']),
+/// c [K, m, n] and c[rows[i]] += scale * a[i] @ b[i]: the matrices of a clients axis still in use,
+/// without gathering them. Outside autograd only.
+void batched_matmul_add_(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double scale = 1.0,
+                         const at::Tensor& rows = at::Tensor());
+/// scale * a[i] @ b[rows[i]] for a [k, m, k'], b [K, k', n], rows [k] int64: the bits of
+/// batched_matmul(a, b.index_select(0, rows), scale) without gathering b. Outside autograd only.
+at::Tensor batched_matmul_rows(const at::Tensor& a, const at::Tensor& b, const at::Tensor& rows, double scale = 1.0);
 
 /// Multi-head causal self-attention of x [k, b, t, d] (or [b, t, d]) with fused projections
 /// w_qkv [k, d, 3d], b_qkv [k, 3d] and w_out [k, d, d], b_out [k, d] (or without k).

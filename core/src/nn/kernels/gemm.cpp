@@ -72,17 +72,21 @@ GemmOperand readable_operand(at::Tensor& x) {
 }
 
 // out [..., m, n] (contiguous) = scale * a b, plus out's own values with `accumulate`: one GEMM a
-// matrix, which adds the product to them in place, as baddbmm does.
-void gemm_into(const at::Tensor& out, at::Tensor a, at::Tensor b, double scale, bool accumulate) {
+// matrix, which adds the product to them in place, as baddbmm does. With `rows` (one leading
+// axis), matrix i of a goes with matrix rows.b[i] of b and rows.out[i] of out, where given.
+void gemm_into(const at::Tensor& out, at::Tensor a, at::Tensor b, double scale, bool accumulate, const MatrixRows& rows) {
   const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
-  if (out.numel() == 0) return;
+  const int64_t lead = a.dim() - 2;
+  int64_t matrices = 1;
+  for (int64_t axis = 0; axis < lead; ++axis) matrices *= a.size(axis);
+  if (m * n * matrices == 0) return;
   if (k == 0) {
-    if (!accumulate) out.zero_();
+    if (accumulate) return;
+    if (rows.out == nullptr) out.zero_();
+    for (int64_t i = 0; rows.out != nullptr && i < matrices; ++i) out[rows.out[i]].zero_();
     return;
   }
   const GemmOperand la = readable_operand(a), lb = readable_operand(b);
-  const int64_t lead = a.dim() - 2;
-  const int64_t matrices = out.numel() / (m * n);
   AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "fax::batched_matmul", [&] {
     const scalar_t* ap = a.data_ptr<scalar_t>();
     const scalar_t* bp = b.data_ptr<scalar_t>();
@@ -90,8 +94,10 @@ void gemm_into(const at::Tensor& out, at::Tensor a, at::Tensor b, double scale, 
     std::vector<int64_t> index(lead, 0);
     int64_t a_offset = 0, b_offset = 0;
     for (int64_t i = 0; i < matrices; ++i) {
-      gemm(la.trans, lb.trans, m, n, k, static_cast<scalar_t>(scale), ap + a_offset, la.ld, bp + b_offset, lb.ld,
-           static_cast<scalar_t>(accumulate ? 1 : 0), cp + i * m * n, n);
+      const int64_t b_at = rows.b != nullptr ? rows.b[i] * b.stride(0) : b_offset;
+      const int64_t c_at = (rows.out != nullptr ? rows.out[i] : i) * m * n;
+      gemm(la.trans, lb.trans, m, n, k, static_cast<scalar_t>(scale), ap + a_offset, la.ld, bp + b_at, lb.ld,
+           static_cast<scalar_t>(accumulate ? 1 : 0), cp + c_at, n);
       // The next leading index, odometer-style.
       for (int64_t axis = lead - 1; axis >= 0; --axis) {
         a_offset += a.stride(axis);
@@ -110,7 +116,7 @@ at::Tensor batched_matmul_kernel(const at::Tensor& a, const at::Tensor& b, doubl
   const std::vector<int64_t> shape = with_last(a.sizes(), b.size(-1));
   at::Tensor out = at::empty(shape, a.options());
   if (addend.defined()) out.copy_(addend.expand(shape));
-  gemm_into(out, a, b, scale, addend.defined());
+  gemm_into(out, a, b, scale, addend.defined(), {});
   return out;
 }
 
@@ -144,8 +150,9 @@ struct BatchedMatmulFn : public torch::autograd::Function<BatchedMatmulFn> {
 
 }  // namespace
 
-void batched_matmul_accumulate(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double scale) {
-  gemm_into(c, a, b, scale, true);
+void batched_matmul_into(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double scale, bool accumulate,
+                         const MatrixRows& rows) {
+  gemm_into(c, a, b, scale, accumulate, rows);
 }
 
 at::Tensor batched_matmul_product(const at::Tensor& a, const at::Tensor& b, double scale, const at::Tensor& addend) {

@@ -22,9 +22,17 @@ inline std::vector<int64_t> with_last(at::IntArrayRef sizes, int64_t n) {
 /// scale * a b over the leading axes ([..., m, k] by [..., k, n]), plus `addend` (broadcast to
 /// [..., m, n]) when it is defined, which the GEMM accumulates into.
 at::Tensor batched_matmul_product(const at::Tensor& a, const at::Tensor& b, double scale, const at::Tensor& addend);
-/// c += scale * a b in place (c contiguous [..., m, n]), with the GEMM's bits of
-/// batched_matmul_product(a, b, scale, c); no autograd.
-void batched_matmul_accumulate(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double scale);
+/// Which matrix of b and of the output goes with matrix i of a (one leading axis): b[i] and
+/// out[i] where null.
+struct MatrixRows {
+  const int64_t* b = nullptr;
+  const int64_t* out = nullptr;
+};
+
+/// c = scale * a b, or c += scale * a b with `accumulate`, in place (c contiguous [..., m, n]), one
+/// GEMM a matrix with the bits of batched_matmul_product; no autograd.
+void batched_matmul_into(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double scale, bool accumulate,
+                         const MatrixRows& rows);
 
 /// 2x2 max pooling of the planes of x [planes, h, w] (contiguous): values, gradients and double
 /// gradients carry max_pool2d's bits.
