@@ -22,17 +22,23 @@ at::Tensor empty_sum(const at::Tensor& x) {
 // Sum of rows [r.begin, r.end) of x, strictly in row order: one elementwise add per row, so the
 // bits do not depend on LibTorch's thread count or reduction blocking.
 // Adds rows [r.begin, r.end) of x to `total` (undefined: starts from the first row); out of place
-// when a gradient must flow through. map_sum_clients streams through the same adds.
-at::Tensor add_rows_in_order(at::Tensor total, const at::Tensor& x, Range r) {
-  if (!total.defined() && r.size() == 0) return empty_sum(x);
+// when a gradient must flow through. map_sum_clients streams through the same adds. With
+// `weights` (in x's type), row i is first multiplied by weights[i]: one row at a time, in cache.
+at::Tensor add_rows_in_order(at::Tensor total, const at::Tensor& x, Range r, const at::Tensor& weights = {}) {
+  if (!total.defined() && r.size() == 0) {
+    std::vector<int64_t> shape(x.dim(), 1);
+    shape[0] = x.size(0);
+    return empty_sum(weights.defined() ? x * weights.view(shape) : x);
+  }
   const bool graph = at::GradMode::is_enabled();
   for (int64_t i = r.begin; i < r.end; ++i) {
+    const at::Tensor row = weights.defined() ? x.select(0, i) * weights.select(0, i) : x.select(0, i);
     if (!total.defined()) {
-      total = x.select(0, i).clone(at::MemoryFormat::Contiguous);
-    } else if (graph && (x.requires_grad() || total.requires_grad())) {
-      total = total + x.select(0, i);
+      total = weights.defined() ? row.contiguous() : row.clone(at::MemoryFormat::Contiguous);
+    } else if (graph && (row.requires_grad() || total.requires_grad())) {
+      total = total + row;
     } else {
-      total.add_(x.select(0, i));
+      total.add_(row);
     }
   }
   return total;
@@ -194,9 +200,11 @@ TensorTree rows_select(const TensorTree& x) { return x.map([](const at::Tensor& 
 at::Tensor rows_unsqueeze(const at::Tensor& x) { return x.unsqueeze(0); }
 TensorTree rows_unsqueeze(const TensorTree& x) { return x.map([](const at::Tensor& t) { return t.unsqueeze(0); }); }
 
-TensorTree add_rows(TensorTree acc, const TensorTree& rows) {
-  for (const auto& [name, x] : rows)
-    acc.set(name, add_rows_in_order(acc.contains(name) ? acc.at(name) : at::Tensor(), x, {0, x.size(0)}));
+TensorTree add_rows(TensorTree acc, const TensorTree& rows, const at::Tensor& weights) {
+  for (const auto& [name, x] : rows) {
+    const at::Tensor w = weights.defined() ? weights.to(x.scalar_type()) : at::Tensor();
+    acc.set(name, add_rows_in_order(acc.contains(name) ? acc.at(name) : at::Tensor(), x, {0, x.size(0)}, w));
+  }
   return acc;
 }
 

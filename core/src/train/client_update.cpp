@@ -137,10 +137,7 @@ TensorTree deltas_of(const TensorTree& rows, const std::string& skip = "") {
 // factors, sum_i w_i X_i^T U_i = X^T (w U) over all the chunk's rows, one product; else the
 // weighted rows added in order.
 at::Tensor input_layer_sum(const TensorTree& trained, const std::string& weight, const at::Tensor& weights) {
-  if (!trained.contains(kFactorX)) {
-    const TensorTree scaled = scale_rows(TensorTree{{weight, trained.at(weight)}}, weights);
-    return detail::add_rows({}, scaled).at(weight);
-  }
+  if (!trained.contains(kFactorX)) return detail::add_rows({}, TensorTree{{weight, trained.at(weight)}}, weights).at(weight);
   const at::Tensor& x = trained.at(kFactorX);
   const at::Tensor& u = trained.at(kFactorU);
   const at::Tensor weighted_u = u * weights.view({-1, 1, 1}).to(u.scalar_type());
@@ -279,7 +276,12 @@ RoundUpdate mean_client_update(const RoundContext& ctx, const Clients<TensorTree
                                         : aggregation.client_side(chunk, deltas_of(trained), kept,
                                                                   ctx.client_states, state, stats);
         ChunkRows result;
-        result.sum = aggregation.send(chunk, scale_rows(deltas, scaled), stats);
+        if (aggregation.secure()) {
+          result.sum = aggregation.send(chunk, scale_rows(deltas, scaled), stats);
+        } else {  // sent as they are: weighted as they join the sum
+          result.weighted = deltas;
+          result.weights = scaled;
+        }
         if (input) result.summed.set(input_weight, input_layer_sum(trained, input_weight, scaled));
         result.sum.set(kWeight, weights);
         if (!stats.empty()) result.sum.set(kKept, kept);

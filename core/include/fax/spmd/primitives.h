@@ -127,8 +127,10 @@ auto map_clients(F&& fn, const Clients<T>&... args) {
 
 namespace detail {
 /// Adds `rows`' rows, in order, to `acc` (undefined: starts from the first row), with the same
-/// elementwise adds as sum's per-shard reduction; out of place when a gradient must flow.
-TensorTree add_rows(TensorTree acc, const TensorTree& rows);
+/// elementwise adds as sum's per-shard reduction; out of place when a gradient must flow. With
+/// `weights` ([rows], defined), row i joins times weights[i] in the row's type: the bits of adding
+/// the rows of scale_rows(rows, weights), without writing the weighted rows out.
+TensorTree add_rows(TensorTree acc, const TensorTree& rows, const at::Tensor& weights = at::Tensor());
 /// Adds each leaf of `sums` (no clients axis) to `acc` like one more row.
 TensorTree add_sums(TensorTree acc, const TensorTree& sums);
 /// The server sum of per-shard partial sums (this executor's shards, in order): the allreduce of
@@ -144,6 +146,10 @@ struct ChunkRows {
   /// Leaves the function sums over the chunk's clients itself (no clients axis), e.g. with one
   /// matrix product: added to the shard's running sum as they are. The same leaves from every chunk.
   TensorTree summed;
+  /// Rows summed times `weights` ([chunk size], one per client): sum(weights * weighted) without
+  /// the weighted rows ever written out (a pass over the chunk's rows saved). Leaves not in `sum`.
+  TensorTree weighted;
+  at::Tensor weights;
 };
 
 /// The result of map_sum_clients: the kept rows, a clients value, and the sum over the cohort.
@@ -169,11 +175,16 @@ MappedSum map_sum_clients(const MapOptions& options, F&& fn, const Clients<T>&..
     ChunkRows out = detail::call_chunk(fn, c, detail::rows_slice(args.value(), c.begin, c.size)...);
     detail::check_rows("map_sum_clients kept rows", out.keep.empty() ? c.size : detail::rows(out.keep), c.size);
     detail::check_rows("map_sum_clients summed rows", detail::rows(out.sum), c.size);
+    if (!out.weighted.empty()) {
+      detail::check_rows("map_sum_clients weighted rows", detail::rows(out.weighted), c.size);
+      detail::check_rows("map_sum_clients weights", out.weights.defined() ? out.weights.size(0) : -1, c.size);
+    }
     if (c.shard != shard) {
       partials.emplace_back();
       shard = c.shard;
     }
-    partials.back() = detail::add_sums(detail::add_rows(std::move(partials.back()), out.sum), out.summed);
+    TensorTree acc = detail::add_rows(std::move(partials.back()), out.weighted, out.weights);
+    partials.back() = detail::add_sums(detail::add_rows(std::move(acc), out.sum), out.summed);
     keep.push_back(std::move(out.keep));
   }
   return {Clients<TensorTree>(detail::rows_concat(keep)), Server<TensorTree>(detail::sum_shard_partials(partials))};
