@@ -552,8 +552,8 @@ TEST_F(LocalTrainingTest, AugmentationCropsAndFlipsEachSlotFromTheClientsStream)
 // rows (a data set that lies about its pool).
 class PooledImages final : public FederatedDataset {
  public:
-  explicit PooledImages(bool expose, at::Tensor rows0 = {}) : expose_(expose) {
-    pool_ = {at::arange(1, 30 * 18 + 1, at::kFloat).view({30, 2, 3, 3}), at::arange(30, at::kLong) % 3};
+  explicit PooledImages(bool expose, at::Tensor rows0 = {}, int64_t labels = 30) : expose_(expose) {
+    pool_ = {at::arange(1, 30 * 18 + 1, at::kFloat).view({30, 2, 3, 3}), at::arange(labels, at::kLong) % 3};
     rows_ = {at::tensor({17, 3, 29, 8, 0, 12, 21}, at::kLong), at::tensor({5, 26, 14, 9}, at::kLong),
              at::tensor({1, 2, 22, 23, 27, 11, 6, 19, 4, 15, 25}, at::kLong)};
     if (rows0.defined()) rows_[0] = rows0;
@@ -602,7 +602,8 @@ TEST_F(LocalTrainingTest, BatchesFromAPoolEqualBatchesFromTheClientsExamples) {
   });
 }
 
-// A pool's rows are checked before they are read: out of range, the wrong type or count.
+// A pool's rows are checked before they are read: out of range, the wrong type or count; and a
+// pool whose labels are not one per input.
 TEST_F(LocalTrainingTest, PoolRowsOutsideThePoolAreRefused) {
   const std::vector<std::pair<at::Tensor, std::string>> lies = {
       {at::tensor({17, 3, 29, 8, 0, 12, 30}, at::kLong), "run from 0 to 30, outside 0..29"},
@@ -611,6 +612,7 @@ TEST_F(LocalTrainingTest, PoolRowsOutsideThePoolAreRefused) {
       {at::tensor({17, 3, 29}, at::kLong), "client 0's rows of its example pool are not [7] int64"}};
   for (const auto& [rows, message] : lies) {
     const PooledImages lying(true, rows);
+    SCOPED_TRACE(message);
     const std::string error = test::error_of([&] {
       on_chunk({1, 0}, [&](const ClientChunk& c) {
         ClientBatches(c, lying, 1, 4);
@@ -620,6 +622,16 @@ TEST_F(LocalTrainingTest, PoolRowsOutsideThePoolAreRefused) {
     EXPECT_NE(error.find("data set pooled images: client 0's rows of its example pool"), std::string::npos) << error;
     EXPECT_NE(error.find(message), std::string::npos) << error;
   }
+  const PooledImages short_labels(true, {}, 29);
+  const std::string error = test::error_of([&] {
+    on_chunk({1, 0}, [&](const ClientChunk& c) {
+      ClientBatches(c, short_labels, 1, 4);
+      return at::zeros({1});
+    });
+  });
+  EXPECT_NE(error.find("data set pooled images: its example pool's inputs and labels are not one row per example"),
+            std::string::npos)
+      << error;
 }
 
 }  // namespace

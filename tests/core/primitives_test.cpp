@@ -136,6 +136,38 @@ TEST_P(PrimitivesTest, MapSumClientsEqualsSumOfMapBitwise) {
   }
 }
 
+// Rows weighted as they join the running sum (ChunkRows::weighted) have the bits of rows weighted
+// first (scale_rows) for every chunk size; through a graph too, derivatives included.
+TEST_P(PrimitivesTest, MapSumClientsWeightsRowsAsTheyJoin) {
+  const at::Tensor data = at::randn({5, 7}, at::kFloat), weights = at::rand({5}, at::kDouble) * 3.0;
+  // The sum, or with `graph` each client's derivative of the sum's total (one row per client).
+  const auto summed = [&](int64_t k, bool as_they_join, bool graph) {
+    const at::Tensor x = graph ? data.to(at::kDouble).requires_grad_() : data;
+    return mesh.run(cohort, [&](Program& p) {
+      const Clients<at::Tensor> rows = p.local_rows(x);
+      const at::Tensor y = map_sum_clients(MapOptions{k}, [&](const at::Tensor& r, const at::Tensor& w) {
+        ChunkRows chunk;
+        const TensorTree f{{"y", at::tanh(r) * 3.7 + r.pow(2)}};
+        if (as_they_join) {
+          chunk.weighted = f;
+          chunk.weights = w;
+        } else {
+          chunk.sum = scale_rows(f, w);
+        }
+        return chunk;
+      }, rows, p.local_rows(weights)).sum.value().at("y");
+      if (!graph) return Server<at::Tensor>(y);
+      return collect(Clients<at::Tensor>(torch::autograd::grad({y.sum()}, {rows.value()})[0]));
+    }).value();
+  };
+  for (const bool graph : {false, true}) {
+    for (int64_t k : {0, 1, 2, 4}) {
+      EXPECT_EQ(test::bytes_of(summed(k, true, graph)), test::bytes_of(summed(k, false, graph)))
+          << "vectorize " << k << (graph ? ", derivative" : "");
+    }
+  }
+}
+
 TEST_P(PrimitivesTest, MapSumClientsJacobian) {
   test::expect_vjp_matches_finite_differences(mesh, cohort, {Place::clients, Place::server},
                                               [](Program&, const at::Tensor& x) {

@@ -201,6 +201,13 @@ at::Tensor rows_unsqueeze(const at::Tensor& x) { return x.unsqueeze(0); }
 TensorTree rows_unsqueeze(const TensorTree& x) { return x.map([](const at::Tensor& t) { return t.unsqueeze(0); }); }
 
 TensorTree add_rows(TensorTree acc, const TensorTree& rows, const at::Tensor& weights) {
+  // Through a graph the rows are weighted whole first, as scale_rows does: a row-by-row product
+  // would give the weights' and rows' derivatives other bits (sums of other shapes, signs of zeros).
+  if (weights.defined() && at::GradMode::is_enabled()) {
+    const auto tensors = rows.tensors();
+    if (weights.requires_grad() || std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) { return t.requires_grad(); }))
+      return add_rows(std::move(acc), scale_rows(rows, weights));
+  }
   for (const auto& [name, x] : rows) {
     const at::Tensor w = weights.defined() ? weights.to(x.scalar_type()) : at::Tensor();
     acc.set(name, add_rows_in_order(acc.contains(name) ? acc.at(name) : at::Tensor(), x, {0, x.size(0)}, w));

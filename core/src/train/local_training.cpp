@@ -40,10 +40,11 @@ at::Tensor augment_images(const at::Tensor& x, const at::Tensor& draws, const Au
 at::Tensor pool_rows(const FederatedDataset& data, const Examples& pool, int64_t id) {
   const at::Tensor rows = data.client_rows(id);
   const int64_t n = data.num_examples(id);
-  FAX_CHECK(rows.defined() && rows.dim() == 1 && rows.scalar_type() == at::kLong && rows.size(0) == n,
+  FAX_CHECK(rows.defined() && rows.dim() == 1 && rows.scalar_type() == at::kLong && rows.size(0) == n &&
+                rows.is_cpu() && rows.layout() == at::kStrided,
             "data set {}: {}'s rows of its example pool are not [{}] int64", data.describe(), describe_client(data, id), n);
-  FAX_CHECK(pool.y.defined() && pool.y.size(0) == pool.size(), "data set {}: its example pool has {} inputs but {} labels",
-            data.describe(), pool.size(), pool.y.defined() ? pool.y.size(0) : 0);
+  FAX_CHECK(pool.x.defined() && pool.y.defined() && pool.x.dim() >= 1 && pool.y.dim() >= 1 && pool.y.size(0) == pool.size(),
+            "data set {}: its example pool's inputs and labels are not one row per example", data.describe());
   if (n > 0) {
     const int64_t lo = rows.min().item<int64_t>(), hi = rows.max().item<int64_t>();
     FAX_CHECK(lo >= 0 && hi < pool.size(), "data set {}: {}'s rows of its example pool run from {} to {}, outside 0..{}",

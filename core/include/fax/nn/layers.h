@@ -46,7 +46,7 @@ at::Tensor batched_matmul(const at::Tensor& a, const at::Tensor& b, double scale
 /// c += scale * a @ b in place, c contiguous [..., m, n] (every matrix its own): the bits of
 /// batched_matmul(a, b, scale, c) without its copy of c. With `rows` ([k] int64, a [k, m, k']),
 /// c [K, m, n] and c[rows[i]] += scale * a[i] @ b[i]: the matrices of a clients axis still in use,
-/// without gathering them. Outside autograd only.
+/// without gathering them. c must not overlap a or b. Outside autograd only.
 void batched_matmul_add_(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double scale = 1.0,
                          const at::Tensor& rows = at::Tensor());
 /// scale * a[i] @ b[rows[i]] for a [k, m, k'], b [K, k', n], rows [k] int64: the bits of

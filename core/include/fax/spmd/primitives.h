@@ -129,7 +129,8 @@ namespace detail {
 /// Adds `rows`' rows, in order, to `acc` (undefined: starts from the first row), with the same
 /// elementwise adds as sum's per-shard reduction; out of place when a gradient must flow. With
 /// `weights` ([rows], defined), row i joins times weights[i] in the row's type: the bits of adding
-/// the rows of scale_rows(rows, weights), without writing the weighted rows out.
+/// the rows of scale_rows(rows, weights), without writing the weighted rows out (through a graph,
+/// it is that, derivatives included).
 TensorTree add_rows(TensorTree acc, const TensorTree& rows, const at::Tensor& weights = at::Tensor());
 /// Adds each leaf of `sums` (no clients axis) to `acc` like one more row.
 TensorTree add_sums(TensorTree acc, const TensorTree& sums);
@@ -174,7 +175,7 @@ MappedSum map_sum_clients(const MapOptions& options, F&& fn, const Clients<T>&..
     check_interrupt();
     ChunkRows out = detail::call_chunk(fn, c, detail::rows_slice(args.value(), c.begin, c.size)...);
     detail::check_rows("map_sum_clients kept rows", out.keep.empty() ? c.size : detail::rows(out.keep), c.size);
-    detail::check_rows("map_sum_clients summed rows", detail::rows(out.sum), c.size);
+    if (!out.sum.empty() || out.weighted.empty()) detail::check_rows("map_sum_clients summed rows", detail::rows(out.sum), c.size);
     if (!out.weighted.empty()) {
       detail::check_rows("map_sum_clients weighted rows", detail::rows(out.weighted), c.size);
       detail::check_rows("map_sum_clients weights", out.weights.defined() ? out.weights.size(0) : -1, c.size);

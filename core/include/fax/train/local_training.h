@@ -57,7 +57,7 @@ class ClientBatches {
   int64_t real(int64_t step) const { return real_.at(step); }
 
  private:
-  at::Tensor x_;      // the chunk's examples, concatenated client after client
+  at::Tensor x_;      // the data set's pool, or the chunk's examples concatenated client after client
   at::Tensor y_;
   at::Tensor index_;  // [steps, k, B] rows of x_
   at::Tensor mask_;   // [steps, k, B]
