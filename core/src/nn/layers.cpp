@@ -169,9 +169,7 @@ void check_product_shapes(const at::Tensor& a, const at::Tensor& b) {
             fmt::join(b.sizes(), ", "));
   check_alike("batched_matmul", {a, b});
 }
-}  // namespace
 
-namespace {
 // `rows` as batched_matmul_rows / batched_matmul_add_ take it: undefined, or [k] int64 into an axis of `size`.
 std::vector<int64_t> matrix_rows(const char* op, const at::Tensor& rows, int64_t k, int64_t size) {
   if (!rows.defined()) return {};

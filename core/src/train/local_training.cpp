@@ -36,6 +36,15 @@ at::Tensor augment_images(const at::Tensor& x, const at::Tensor& draws, const Au
   return cropped.gather(3, cols.view({n, 1, 1, w}).expand({n, c, h, w})).view(x.sizes());
 }
 
+// The data set's pool (nullptr: none), checked once: inputs and labels one row per example.
+const Examples* checked_pool(const FederatedDataset& data) {
+  const Examples* pool = data.pool();
+  FAX_CHECK(pool == nullptr || (pool->x.defined() && pool->y.defined() && pool->x.dim() >= 1 && pool->y.dim() >= 1 &&
+                                pool->y.size(0) == pool->size()),
+            "data set {}: its example pool's inputs and labels are not one row per example", data.describe());
+  return pool;
+}
+
 // Client `id`'s rows of the data set's pool, checked: a data set's word is not trusted with reads.
 at::Tensor pool_rows(const FederatedDataset& data, const Examples& pool, int64_t id) {
   const at::Tensor rows = data.client_rows(id);
@@ -43,8 +52,6 @@ at::Tensor pool_rows(const FederatedDataset& data, const Examples& pool, int64_t
   FAX_CHECK(rows.defined() && rows.dim() == 1 && rows.scalar_type() == at::kLong && rows.size(0) == n &&
                 rows.is_cpu() && rows.layout() == at::kStrided,
             "data set {}: {}'s rows of its example pool are not [{}] int64", data.describe(), describe_client(data, id), n);
-  FAX_CHECK(pool.x.defined() && pool.y.defined() && pool.x.dim() >= 1 && pool.y.dim() >= 1 && pool.y.size(0) == pool.size(),
-            "data set {}: its example pool's inputs and labels are not one row per example", data.describe());
   if (n > 0) {
     const int64_t lo = rows.min().item<int64_t>(), hi = rows.max().item<int64_t>();
     FAX_CHECK(lo >= 0 && hi < pool.size(), "data set {}: {}'s rows of its example pool run from {} to {}, outside 0..{}",
@@ -61,7 +68,7 @@ ClientBatches::ClientBatches(const ClientChunk& chunk, const FederatedDataset& d
   FAX_CHECK(batch_size >= 0, "batch size must be positive, or 0 for full batch (got {})", batch_size);
   const int64_t k = chunk.size;
   // Pooled data sets: each client's rows of the pool; else each client's examples, joined below.
-  const Examples* pool = k > 0 ? data.pool() : nullptr;
+  const Examples* pool = k > 0 ? checked_pool(data) : nullptr;
   std::vector<at::Tensor> pooled;
   std::vector<Examples> clients;
   std::vector<int64_t> sizes;
