@@ -71,18 +71,25 @@ class CsvDataset final : public fax::FederatedDataset {
       for (size_t f = 2; f < fields.size(); ++f) features[it->second].push_back(parse_number(fields[f], where));
     }
     FAX_CHECK(!names_.empty(), "{}: no rows", o_.path);
-    std::vector<at::Tensor> test_x, test_y;
+    std::vector<at::Tensor> train_x, train_y, test_x, test_y;
+    int64_t pooled = 0;
     for (size_t c = 0; c < names_.size(); ++c) {
       const int64_t n = static_cast<int64_t>(labels[c].size());
       const int64_t held = static_cast<int64_t>(std::floor(o_.test_fraction * static_cast<double>(n)));
       FAX_CHECK(n - held >= 1, "{}: client {} has no training rows left", o_.path, names_[c]);
       const at::Tensor x = at::tensor(features[c], at::kFloat).view({n, width_});
       const at::Tensor y = at::tensor(labels[c], at::kLong);
-      clients_.push_back({x.narrow(0, 0, n - held), y.narrow(0, 0, n - held)});
+      train_x.push_back(x.narrow(0, 0, n - held));
+      train_y.push_back(y.narrow(0, 0, n - held));
+      spans_.push_back({pooled, n - held});
+      pooled += n - held;
       test_x.push_back(x.narrow(0, n - held, held));
       test_y.push_back(y.narrow(0, n - held, held));
       for (int64_t label : labels[c]) classes_ = std::max(classes_, label + 1);
     }
+    // Every client's training rows in one pool, client after client: local training then gathers
+    // its batches straight from it (pool(), client_rows()), without copying each client out first.
+    pool_ = {at::cat(train_x), at::cat(train_y)};
     test_ = {at::cat(test_x), at::cat(test_y)};
   }
 
@@ -90,9 +97,18 @@ class CsvDataset final : public fax::FederatedDataset {
     return fmt::format("example_dataset({}): {} clients, {} features, {} classes", o_.path, names_.size(), width_,
                        classes_);
   }
-  int64_t num_clients() const override { return static_cast<int64_t>(clients_.size()); }
-  int64_t num_examples(int64_t client) const override { return clients_.at(client).size(); }
-  fax::Examples client(int64_t client) const override { return clients_.at(client); }
+  int64_t num_clients() const override { return static_cast<int64_t>(spans_.size()); }
+  int64_t num_examples(int64_t client) const override { return spans_.at(client).count; }
+  // Views of the pool: no copy.
+  fax::Examples client(int64_t client) const override {
+    const Span& s = spans_.at(client);
+    return {pool_.x.narrow(0, s.first, s.count), pool_.y.narrow(0, s.first, s.count)};
+  }
+  const fax::Examples* pool() const override { return &pool_; }
+  at::Tensor client_rows(int64_t client) const override {
+    const Span& s = spans_.at(client);
+    return at::arange(s.first, s.first + s.count, at::kLong);
+  }
   std::string client_name(int64_t client) const override { return names_.at(client); }
   const fax::Examples& test() const override { return test_; }
   std::vector<int64_t> input_shape() const override { return {width_}; }
@@ -118,7 +134,11 @@ class CsvDataset final : public fax::FederatedDataset {
   int64_t width_ = -1;
   int64_t classes_ = 0;
   std::vector<std::string> names_;
-  std::vector<fax::Examples> clients_;
+  struct Span {
+    int64_t first, count;  // a client's rows of pool_
+  };
+  std::vector<Span> spans_;
+  fax::Examples pool_;
   fax::Examples test_;
 };
 

@@ -125,7 +125,7 @@ TEST_P(PrimitivesTest, MapSumClientsEqualsSumOfMapBitwise) {
         TensorTree keep, total;
         keep.set("id", at::arange(c.size, at::kLong) + c.client_id(0));
         total.set("y", per_client(rows));
-        return ChunkRows{keep, total, {}};
+        return ChunkRows{keep, total, {}, {}, {}};
       }, p.local_rows(data));
       TensorTree result = mapped.sum.value();
       result.set("ids", collect(Clients<at::Tensor>(mapped.keep.value().at("id"))).value());
@@ -174,7 +174,7 @@ TEST_P(PrimitivesTest, MapSumClientsJacobian) {
                                                 return map_sum_clients(MapOptions{2}, [](const at::Tensor& r) {
                                                   TensorTree t;
                                                   t.set("y", at::tanh(r) * r.pow(2));
-                                                  return ChunkRows{{}, t, {}};
+                                                  return ChunkRows{{}, t, {}, {}, {}};
                                                 }, Clients<at::Tensor>(x)).sum.value().at("y");
                                               },
                                               at::randn({5, 2}, f64));
@@ -428,7 +428,7 @@ TEST(SmallCohorts, EmptyShardsChangeNoBitsAndNoExecutorWaits) {
         keep.set("id", at::arange(c.size, at::kLong) + (c.size > 0 ? c.client_id(0) : 0));
         total.set("y", at::tanh(rows * s) * 3.7f);
         summed.set("z", (rows * s).sum(0));
-        return ChunkRows{keep, total, summed};
+        return ChunkRows{keep, total, summed, {}, {}};
       }, x, broadcast(Server<at::Tensor>(server)));
       const at::Tensor y = mapped.sum.value().at("y");
       const at::Tensor grad = torch::autograd::grad({y.sum()}, {server})[0];

@@ -149,8 +149,8 @@ TEST_P(DatasetContract, KeysAreDocumentedAndTheirDefaultsValid) {
   expect_documented_keys(plugin->keys, "data");
 }
 
-// The template data set through the loader's wall: its data as written, its own errors prefixed
-// with the plugin's name, and a std::exception from one of its calls turned into a fax::Error
+// The template data set through the loader's wall: its data as written (pooled), its own errors
+// prefixed with the plugin's name, and a std::exception from one of its calls turned into a fax::Error
 // naming the plugin and the call.
 TEST(DatasetPlugin, TemplateLoadsThroughTheGuard) {
   const auto plugin = load_dataset_plugin_file((fs::path(FAX_TEST_PLUGIN_DIR) / "fax_example_dataset.so").string());
@@ -173,9 +173,21 @@ TEST(DatasetPlugin, TemplateLoadsThroughTheGuard) {
   // b keeps its first 2 of 3 rows (floor(1.5) = 1 held out), a its first 1 of 2.
   EXPECT_TRUE(at::equal(data->client(0).x, at::tensor({0.5f, 2.f, 3.f, 4.f}).view({2, 2})));
   EXPECT_TRUE(at::equal(data->test().y, at::tensor({0, 1}, at::kLong)));
+  // Its training rows in one pool, through the wall: b's two, then a's one; each client its rows.
+  const Examples* pool = data->pool();
+  ASSERT_NE(pool, nullptr);
+  EXPECT_TRUE(at::equal(pool->y, at::tensor({1, 2, 0}, at::kLong)));
+  EXPECT_TRUE(at::equal(data->client_rows(0), at::tensor({0, 1}, at::kLong)));
+  EXPECT_TRUE(at::equal(data->client_rows(1), at::tensor({2}, at::kLong)));
+  for (int64_t c = 0; c < 2; ++c) {
+    EXPECT_TRUE(at::equal(data->client(c).x, pool->x.index_select(0, data->client_rows(c)))) << c;
+    EXPECT_TRUE(at::equal(data->client(c).y, pool->y.index_select(0, data->client_rows(c)))) << c;
+  }
   const std::string who = "dataset plugin 'example_dataset' (" + plugin->path + ")";
   EXPECT_EQ(test::error_of([&] { data->client(7); }).rfind(who + " failed in client(): ", 0), 0u)
       << test::error_of([&] { data->client(7); });
+  EXPECT_EQ(test::error_of([&] { data->client_rows(-1); }).rfind(who + " failed in client_rows(): ", 0), 0u)
+      << test::error_of([&] { data->client_rows(-1); });
   EXPECT_EQ(test::error_of([&] { plugin->create(config); }),
             who + ": data.path: " + csv.string() + ": no such file");
   EXPECT_EQ(test::error_of([&] { load_model_plugin_file(plugin->path); }),
