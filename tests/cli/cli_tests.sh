@@ -1262,8 +1262,10 @@ with h5py.File(sys.argv[1]) as f, h5py.File(sys.argv[2]) as t:
 PY
     ;;
   experiments_valid)
-    # Every shipped experiment resolves (and every trial of a sweep), so none rots unnoticed.
-    for file in "$FAX_SOURCE_DIR"/experiments/*.yaml; do
+    # Every shipped experiment resolves (and every trial of a sweep), so none rots unnoticed, and
+    # carries the results it gives (expect:; run --check compares them).
+    for file in "$FAX_SOURCE_DIR"/experiments/*.yaml "$FAX_SOURCE_DIR"/experiments/*/*.yaml; do
+      grep -q "^expect:" "$file" || fail "$file has no expect: section"
       run_expect 0 "" -- "$FAX_RUN" run "$file" --dry-run
       if grep -q "^sweep:" "$file"; then
         run_expect 0 "" -- "$FAX_RUN" sweep "$file" --dry-run
