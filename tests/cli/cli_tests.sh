@@ -1276,6 +1276,14 @@ PY
     [[ $(grep -c "^trial-" "$WORK/stdout") -eq 72 ]] || fail "expected 72 trials: $(cat "$WORK/stdout")"
     grep -q "^trial-0072 algorithm.name=fedopt algorithm.server_optimizer=yogi algorithm.client_lr=0.1 algorithm.server_lr=3$" \
       "$WORK/stdout" || fail "unexpected last trial: $(tail -1 "$WORK/stdout")"
+    # The non-IID table in experiments/README.md is the one fax-run table reads from the committed
+    # sweep, line for line: a harvest that does not update the README fails here.
+    run_expect 0 "" -- "$FAX_RUN" table "$FAX_SOURCE_DIR/experiments/niid_bench/fmnist.sweep" --rows data \
+      --cols algorithm.name --scale 100
+    [[ $(grep -c "^| " "$WORK/stdout") -eq 6 ]] || fail "expected a header and 5 rows: $(cat "$WORK/stdout")"
+    while IFS= read -r line; do
+      grep -qxF -- "$line" "$FAX_SOURCE_DIR/experiments/README.md" || fail "experiments/README.md lacks the table line: $line"
+    done < <(grep "^| " "$WORK/stdout")
     ;;
   experiments_check_more)
     # The other experiments under a minute each reproduce the results they carry (expect:); the
