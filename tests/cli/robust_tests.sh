@@ -3,7 +3,8 @@
 # writer, foreign or edited checkpoints, another plugin build, YAML bombs. One case per ctest test:
 # robust_tests.sh <case>. Each case first makes the failure happen, then checks that fax refused
 # it with one clear line (exit 2) and that nothing that existed before was lost.
-# Environment: FAX_RUN, FAX_SOURCE_DIR, WORK, PYTHON (with h5py).
+# Environment: FAX_RUN, FAX_SOURCE_DIR, WORK, PYTHON (with h5py); FAX_SANITIZED=1 under the
+# sanitizers (shorter rounds where a case only needs them to last some seconds).
 set -uo pipefail
 
 source "$(dirname "$0")/common.sh"
@@ -506,8 +507,10 @@ PY
       timeout 20 "$FAX_RUN" sweep "$WORK/grid.yaml" -o "$WORK/grid.sweep" --dry-run
     ;;
   sigterm_mid_round)
+    # Rounds of several seconds: 150 local epochs, a third of that under the sanitizers.
+    epochs=$(( ${FAX_SANITIZED:-0} ? 50 : 150 ))
     # Stopped in round 1 of a new log: nothing was completed, and it says so.
-    "$FAX_RUN" run "$experiment" -q -o "$WORK/first.h5" --set rounds=3 --set algorithm.local_epochs=150 2> "$WORK/first.err" &
+    "$FAX_RUN" run "$experiment" -q -o "$WORK/first.h5" --set rounds=3 --set algorithm.local_epochs=$epochs 2> "$WORK/first.err" &
     pid=$!
     workers+=("$pid")
     for _ in $(seq 1 300); do [[ -e $WORK/first.h5 ]] && break; sleep 0.1; done
@@ -517,11 +520,11 @@ PY
     [[ $? -eq 143 ]] || fail "SIGTERM in round 1: $(cat "$WORK/first.err")"
     grep -q "stopped by signal 15 in round 1 of 3; no round was completed; nothing to resume: run it again" "$WORK/first.err" \
       || fail "SIGTERM in round 1: $(cat "$WORK/first.err")"
-    # Rounds of several seconds (150 local epochs): SIGTERM in the middle of round 2 stops the run
+    # Rounds of several seconds: SIGTERM in the middle of round 2 stops the run
     # within a local step, checkpoints round 1, and the resumed run ends bit-identical to one that
     # was never stopped (one executor, and two, whose collectives are released).
     for executors in 1 2; do
-      long=(--set rounds=3 --set algorithm.local_epochs=150 --set logging.checkpoint_every=0
+      long=(--set rounds=3 --set algorithm.local_epochs=$epochs --set logging.checkpoint_every=0
             --set execution.executors=$executors --set execution.logical_shards=2)
       run_expect 0 "" -- "$FAX_RUN" run "$experiment" -q -o "$WORK/reference$executors.h5" "${long[@]}"
       log="$WORK/stopped$executors.h5"

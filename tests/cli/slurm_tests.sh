@@ -3,7 +3,8 @@
 # (munged, slurmctld, slurmd; this host as the one node, 2 CPUs) as root in $WORK/slurm, runs
 # against it and tears it down. slurm_tests.sh <case>; exits 77 with the reason printed where the
 # cluster cannot start (not root, packages missing).
-# Environment: FAX_RUN, FAX_SOURCE_DIR, WORK, PYTHON (with h5py).
+# Environment: FAX_RUN, FAX_SOURCE_DIR, WORK, PYTHON (with h5py); FAX_SANITIZED=1 under the
+# sanitizers (shorter rounds where a case only needs them to last some seconds).
 set -uo pipefail
 
 source "$(dirname "$0")/common.sh"
@@ -113,13 +114,15 @@ case "$1" in
     # the same best trial. Then scancel mid-way and the same command again: it resubmits what
     # stopped (resuming a checkpointed trial) and ends identical to the local sweep; a killed sweep
     # process follows its queued tasks again instead of submitting them twice.
-    # The grid on the command line (sweep options then differ from run to run only in -o).
-    grid=("$experiment" --grid algorithm.client_lr=0.01,0.05 --grid seed=0,1 --set rounds=150
+    # The grid on the command line (sweep options then differ from run to run only in -o). Trials
+    # of some seconds, so that scancel lands in one: 150 rounds, 50 under the sanitizers.
+    rounds=$(( ${FAX_SANITIZED:-0} ? 50 : 150 ))
+    grid=("$experiment" --grid algorithm.client_lr=0.01,0.05 --grid seed=0,1 --set rounds=$rounds
       --set logging.checkpoint_every=5 --set logging.eval_every=25)
     same_sweeps() {  # same_sweeps <dir> <dir>: the same best trial, every trial log bit-identical
       local t
       for t in "$1"/trial-*.h5; do
-        "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$t" "$2/$(basename "$t")" 150 > /dev/null \
+        "$PYTHON" "$FAX_SOURCE_DIR/tests/cli/same_runs.py" "$t" "$2/$(basename "$t")" "$rounds" > /dev/null \
           || fail "$2/$(basename "$t") differs from $t"
       done
       [[ $(grep "^best trial" "$1.out" | sed 's/; log.*//') == $(grep "^best trial" "$2.out" | sed 's/; log.*//') ]] \
