@@ -26,6 +26,9 @@ write() { cat > "$WORK/$1"; }
 # FAX_COLLECTIVES), a free loopback port, workers in the background (their pids in $workers),
 # waiting for a line in a log.
 collectives=(--collectives "${FAX_COLLECTIVES:-tensorpipe}")
+# A count that only makes a case last some seconds: a third of it under the sanitizers, which run
+# 3-4x slower (FAX_SANITIZED=1, set by tests/cli/CMakeLists.txt).
+lasting() { echo $(( ${FAX_SANITIZED:-0} ? $1 / 3 : $1 )); }
 free_port() { "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 workers=()
 start_worker() {  # start_worker <log> [args...]

@@ -507,8 +507,8 @@ PY
       timeout 20 "$FAX_RUN" sweep "$WORK/grid.yaml" -o "$WORK/grid.sweep" --dry-run
     ;;
   sigterm_mid_round)
-    # Rounds of several seconds: 150 local epochs, a third of that under the sanitizers.
-    epochs=$(( ${FAX_SANITIZED:-0} ? 50 : 150 ))
+    # Rounds of several seconds.
+    epochs=$(lasting 150)
     # Stopped in round 1 of a new log: nothing was completed, and it says so.
     "$FAX_RUN" run "$experiment" -q -o "$WORK/first.h5" --set rounds=3 --set algorithm.local_epochs=$epochs 2> "$WORK/first.err" &
     pid=$!

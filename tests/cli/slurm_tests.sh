@@ -115,8 +115,8 @@ case "$1" in
     # stopped (resuming a checkpointed trial) and ends identical to the local sweep; a killed sweep
     # process follows its queued tasks again instead of submitting them twice.
     # The grid on the command line (sweep options then differ from run to run only in -o). Trials
-    # of some seconds, so that scancel lands in one: 150 rounds, 50 under the sanitizers.
-    rounds=$(( ${FAX_SANITIZED:-0} ? 50 : 150 ))
+    # of some seconds, so that scancel lands in one.
+    rounds=$(lasting 150)
     grid=("$experiment" --grid algorithm.client_lr=0.01,0.05 --grid seed=0,1 --set rounds=$rounds
       --set logging.checkpoint_every=5 --set logging.eval_every=25)
     same_sweeps() {  # same_sweeps <dir> <dir>: the same best trial, every trial log bit-identical
