@@ -117,17 +117,21 @@ struct Case {
   /// step every `cohort` arrivals.
   int64_t concurrency = 0;
   int threads = 1;  ///< execution.threads (0: automatic)
+  double lr = 0.05;
+  double momentum = 0;
+  int64_t local_epochs = 1;
 
   std::string yaml() const {
     const std::string asynchronous =
         concurrency > 0 ? fmt::format("  concurrency: {}\nclients:\n  speed: {{distribution: lognormal, sigma: 1}}\n", concurrency)
                         : "";
     return fmt::format(
-        "seed: 0\nrounds: {}\ncohort:\n  size: {}\n{}data:\n{}model:\n{}algorithm:\n  name: {}\n  client_lr: 0.05\n"
-        "  batch_size: {}\nexecution:\n  executors: {}\n  logical_shards: {}\n  threads: {}\n  vectorize: {}\n"
-        "  factor_input_layer: {}\nlogging:\n  eval_every: 0\n  checkpoint_every: 0\n",
-        rounds + 2, cohort, asynchronous, data, model, concurrency > 0 ? "fedbuff" : "fedavg", batch, executors, shards,
-        threads, vectorize, factor_input_layer);
+        "seed: 0\nrounds: {}\ncohort:\n  size: {}\n{}data:\n{}model:\n{}algorithm:\n  name: {}\n  client_lr: {}\n"
+        "  client_momentum: {}\n  local_epochs: {}\n  batch_size: {}\nexecution:\n  executors: {}\n"
+        "  logical_shards: {}\n  threads: {}\n  vectorize: {}\n  factor_input_layer: {}\nlogging:\n  eval_every: 0\n"
+        "  checkpoint_every: 0\n",
+        rounds + 2, cohort, asynchronous, data, model, concurrency > 0 ? "fedbuff" : "fedavg", lr, momentum,
+        local_epochs, batch, executors, shards, threads, vectorize, factor_input_layer);
   }
 };
 
@@ -139,11 +143,30 @@ struct Timing {
   double masked_share = 0;  ///< of the batch rows local training computed, those on no example (masked)
 };
 
+double round_seconds(double s) { return s; }
+double round_seconds(const Timing& t) { return t.round_s; }
+
+// Three (fax, baseline) measurements, alternated so that a noisy neighbour slows both sides alike:
+// the pair whose ratio fax / baseline is the median.
+template <class Fax, class Baseline>
+auto median_pair(Fax&& fax, Baseline&& baseline) {
+  std::vector<std::pair<decltype(fax()), double>> pairs;
+  for (int i = 0; i < 3; ++i) {
+    auto first = fax();
+    pairs.emplace_back(std::move(first), baseline());
+  }
+  const auto ratio = [](const auto& p) { return round_seconds(p.first) / p.second; };
+  std::sort(pairs.begin(), pairs.end(), [&](const auto& a, const auto& b) { return ratio(a) < ratio(b); });
+  return pairs[1];
+}
+
 const char* const kFmnist = "  name: fmnist\n  partition: iid\n  clients: 600\n";
 // The workload of experiments/fmnist_fedavg.yaml: label skew, every client 100 examples (Hsu et
 // al.); and Li et al.'s label Dirichlet, whose client sizes are ragged.
 const char* const kFmnistDirichlet = "  name: fmnist\n  partition: dirichlet\n  alpha: 0.5\n  clients: 600\n";
 const char* const kFmnistLabelDirichlet = "  name: fmnist\n  partition: label_dirichlet\n  alpha: 0.5\n  clients: 600\n";
+// The non-IID benchmark's cell (experiments/niid_bench/fmnist.yaml).
+const char* const kFmnistCell = "  name: fmnist\n  partition: label_dirichlet\n  alpha: 0.5\n  clients: 10\n";
 const char* const kFmnistLarge = "  name: fmnist\n  partition: iid\n  clients: 2048\n";
 // The most clients Fashion-MNIST's 60,000 training examples give at 10 each.
 const char* const kFmnistMany = "  name: fmnist\n  partition: iid\n  clients: 6000\n";
@@ -228,7 +251,7 @@ class Bench {
     for (size_t i = 1; i + 1 < ends.size(); ++i) rounds.push_back(ends[i] - ends[i - 1]);
     Timing t;
     t.round_s = median(rounds);
-    t.examples = static_cast<double>(c.cohort) * mean_examples(data);
+    t.examples = static_cast<double>(c.cohort * c.local_epochs) * mean_examples(data);
     t.tokens_per_example = data.input_shape().front();
     t.flops = 3.0 * static_cast<double>(p.model->forward_flops()) * t.examples;
     // Counted by local training on this process's executors (remote workers count in theirs).
@@ -298,7 +321,7 @@ class Bench {
   double loop_round_s(const Case& c, LoopModel model, int threads) {
     const Prepared p = prepare(c);
     at::set_num_threads(threads);
-    const auto round = loop_rounds(*p.data, c.cohort, std::move(model), c.batch, 0.05);
+    const auto round = loop_rounds(*p.data, c.cohort, std::move(model), c.batch, c.lr, c.local_epochs, c.momentum);
     int64_t r = 0;
     return median_seconds(c.rounds, [&] { round(r++); });
   }
@@ -556,19 +579,13 @@ int bench_command(const BenchOptions& options) {
 
   say("federated overhead: a FedAvg round vs a plain LibTorch loop over the same clients (MLP, 1 thread)");
   // The same arithmetic on both sides: fax steps every layer through autograd here, as the plain
-  // loop does; the factored input layer (fax's default) is timed beside it. Alternated three
-  // times, the median pair kept: a noisy neighbour then hits both sides alike.
+  // loop does; the factored input layer (fax's default) is timed beside it.
   Case overhead_case{kFmnist, kMlp, 64, 1, 1, 1, rounds};
   overhead_case.factor_input_layer = false;
-  std::vector<std::pair<double, double>> pairs;
-  for (int i = 0; i < 3; ++i) {
-    const double fed = bench.time(overhead_case).round_s;
-    pairs.emplace_back(fed, bench.plain_loop_round_s(overhead_case, rounds));
-  }
+  const auto [fed_s, plain] = median_pair([&] { return bench.time(overhead_case).round_s; },
+                                          [&] { return bench.plain_loop_round_s(overhead_case, rounds); });
   overhead_case.factor_input_layer = true;
   const double factored_s = bench.time(overhead_case).round_s;
-  std::sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) { return a.first / a.second < b.first / b.second; });
-  const auto [fed_s, plain] = pairs[1];
   m.emplace_back("overhead/fedavg_round_s", fed_s);
   m.emplace_back("overhead/plain_loop_s", plain);
   m.emplace_back("overhead/ratio", fed_s / plain);
@@ -593,16 +610,10 @@ int bench_command(const BenchOptions& options) {
       (std::filesystem::temp_directory_path() / fmt::format("fax-bench-{}-mlp.pt", ::getpid())).string();
   save_torchscript_mlp(module_file);
   const Case torchscript_case{kFmnist, fmt::format("  name: torchscript\n  path: {}\n", module_file), 16, 1, 1, 0, rounds};
-  // Alternated three times, the median pair kept, as for the federated overhead.
-  std::vector<std::pair<double, double>> torchscript_pairs;
-  for (int i = 0; i < 3; ++i) {
-    const double fed = bench.time(torchscript_case).round_s;
-    torchscript_pairs.emplace_back(fed, bench.loop_round_s(torchscript_case, torchscript_model(module_file), 1));
-  }
+  const auto [torchscript_s, torchscript_loop_s] =
+      median_pair([&] { return bench.time(torchscript_case).round_s; },
+                  [&] { return bench.loop_round_s(torchscript_case, torchscript_model(module_file), 1); });
   std::filesystem::remove(module_file);
-  std::sort(torchscript_pairs.begin(), torchscript_pairs.end(),
-            [](const auto& a, const auto& b) { return a.first / a.second < b.first / b.second; });
-  const auto [torchscript_s, torchscript_loop_s] = torchscript_pairs[1];
   m.emplace_back("torchscript/round_s", torchscript_s);
   m.emplace_back("torchscript/loop_round_s", torchscript_loop_s);
   m.emplace_back("torchscript/ratio", torchscript_s / torchscript_loop_s);
@@ -614,7 +625,6 @@ int bench_command(const BenchOptions& options) {
                   "logical shards): a FedAvg round on {} executor(s) vs the idiomatic LibTorch loop (torch::nn, "
                   "torch::optim::SGD) on {} threads",
                   peer_shards, peer_executors, peer_executors));
-  // Alternated three times, the median pair kept, as above. CNN rounds of 64 clients take seconds.
   std::vector<Row> peer_rows;
   for (const auto& [ragged, cnn, cohort, target] :
        {std::tuple{false, false, 10, 5.0}, {false, false, 64, 5.0}, {false, true, 10, 2.5}, {false, true, 64, 4.0},
@@ -622,11 +632,9 @@ int bench_command(const BenchOptions& options) {
     Case peer{ragged ? kFmnistLabelDirichlet : kFmnistDirichlet, cnn ? kCnn : kMlp, cohort, peer_executors, peer_shards, 0,
               cnn ? long_rounds : mlp_rounds};
     peer.batch = 20;
-    std::vector<std::pair<Timing, double>> runs;
-    for (int i = 0; i < 3; ++i) runs.emplace_back(bench.time(peer), bench.loop_round_s(peer, torch_nn_model(cnn), peer_executors));
-    std::sort(runs.begin(), runs.end(),
-              [](const auto& a, const auto& b) { return a.first.round_s / a.second < b.first.round_s / b.second; });
-    const auto& [fax_run, loop_s] = runs[1];
+    const LoopNet net = cnn ? LoopNet::cnn : LoopNet::mlp;
+    const auto [fax_run, loop_s] = median_pair([&] { return bench.time(peer); },
+                                               [&] { return bench.loop_round_s(peer, torch_nn_model(net), peer_executors); });
     const std::string name = fmt::format("peer/{}_c{}{}", cnn ? "cnn" : "mlp", cohort, ragged ? "_label_dirichlet" : "");
     m.emplace_back(name + "/round_s", fax_run.round_s);
     m.emplace_back(name + "/loop_round_s", loop_s);
@@ -638,6 +646,43 @@ int bench_command(const BenchOptions& options) {
     peer_rows.push_back({"  masked share of row-steps", fmt::format("{:.1f}%", 100 * fax_run.masked_share), "<= 15%"});
   }
 
+  // The non-IID benchmark's cell as its sweep runs it (experiments/niid_bench/fmnist.yaml: LeNet,
+  // the 10 clients all in every round, B = 64, SGD with momentum 0.9 and lr 0.01) on one executor
+  // and one thread, against the 1-thread GEMM peak. One local epoch a round, not the cell's 10: the
+  // same steps in a tenth of the time. The cell's core-minutes are projected: 10 epochs x 50 rounds.
+  constexpr int64_t kCellEpochs = 10;
+  constexpr int64_t kCellRounds = 50;
+  say("the non-IID benchmark's cell (LeNet, 10 label-Dirichlet(0.5) clients, B = 64, momentum 0.9), one local "
+      "epoch a round: a FedAvg round vs the idiomatic LibTorch loop, 1 thread each; the 1-thread GEMM peak");
+  const GemmPeak one_thread_peak = measure_gemm_peak(1);
+  Case cell{kFmnistCell, "  name: lenet\n", 10, 1, 1, 0, long_rounds};
+  cell.batch = 64;
+  cell.lr = 0.01;
+  cell.momentum = 0.9;
+  int64_t loop_parameters = 0;
+  for (const at::Tensor& p : torch_nn_model(LoopNet::lenet).params) loop_parameters += p.numel();
+  FAX_CHECK(loop_parameters == bench.parameters(cell), "bench: the LibTorch LeNet has {} parameters, fax's lenet {}",
+            loop_parameters, bench.parameters(cell));
+  const auto [cell_run, cell_loop_s] = median_pair(
+      [&] { return bench.time(cell); }, [&] { return bench.loop_round_s(cell, torch_nn_model(LoopNet::lenet), 1); });
+  const double cell_core_min = cell_run.round_s * kCellEpochs * kCellRounds / 60;
+  const double cell_mfu = cell_run.flops / cell_run.round_s / one_thread_peak.best();
+  m.emplace_back("niid_cell/round_s", cell_run.round_s);
+  m.emplace_back("niid_cell/loop_round_s", cell_loop_s);
+  m.emplace_back("niid_cell/speedup", cell_loop_s / cell_run.round_s);
+  m.emplace_back("niid_cell/examples_per_s", cell_run.examples / cell_run.round_s);
+  m.emplace_back("niid_cell/gemm_one_thread_best_gflops", one_thread_peak.best() / 1e9);
+  m.emplace_back("niid_cell/mfu_one_thread_best", cell_mfu);
+  m.emplace_back("niid_cell/core_min", cell_core_min);
+  peer_rows.push_back({"LeNet non-IID cell, E=1 round: loop / fax",
+                       fmt::format("{:.3f} / {:.3f} s ({:.2f}x)", cell_loop_s, cell_run.round_s, cell_loop_s / cell_run.round_s),
+                       ""});
+  peer_rows.push_back({"  examples/s, MFU (1-thread best peak)",
+                       fmt::format("{:.0f}, {:.1f}% of {:.1f} GFLOP/s", cell_run.examples / cell_run.round_s, 100 * cell_mfu,
+                                   one_thread_peak.best() / 1e9),
+                       ""});
+  peer_rows.push_back({"  the cell (E=10, 50 rounds), core-minutes", fmt::format("{:.1f}", cell_core_min), "<= 10"});
+
   // On 1 intra-op thread and on automatic threads (execution.threads 0: all the cores), each in a
   // fresh process, as `fax-run run` is: in this one, the thread pools earlier cases left behind
   // slow a multi-threaded executor down (experiments/bench/RESULTS.md).
@@ -647,13 +692,9 @@ int bench_command(const BenchOptions& options) {
   for (const bool cnn : {false, true}) {
     const std::string model = cnn ? "cnn" : "mlp";
     const std::string quick = options.quick ? " --quick" : "";
-    std::vector<std::pair<double, double>> pairs;
-    for (int i = 0; i < 3; ++i) {
-      const double single = probe(fmt::format("--small-cohort-probe {}:1{}", model, quick), options.plugin_dirs);
-      pairs.emplace_back(single, probe(fmt::format("--small-cohort-probe {}:0{}", model, quick), options.plugin_dirs));
-    }
-    std::sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) { return a.first / a.second < b.first / b.second; });
-    const auto [single_s, automatic_s] = pairs[1];
+    const auto [single_s, automatic_s] = median_pair(
+        [&] { return probe(fmt::format("--small-cohort-probe {}:1{}", model, quick), options.plugin_dirs); },
+        [&] { return probe(fmt::format("--small-cohort-probe {}:0{}", model, quick), options.plugin_dirs); });
     const std::string name = fmt::format("small_cohort/{}", cnn ? "cnn" : "mlp");
     m.emplace_back(name + "/one_thread_round_s", single_s);
     m.emplace_back(name + "/automatic_round_s", automatic_s);

@@ -15,16 +15,24 @@
 
 namespace fax::cli {
 
-LoopModel torch_nn_model(bool cnn) {
+LoopModel torch_nn_model(LoopNet arch) {
   namespace nn = torch::nn;
   nn::Sequential net;
-  if (cnn) {
-    net = nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 32, 5).padding(2)), nn::ReLU(), nn::MaxPool2d(2),
-                         nn::Conv2d(nn::Conv2dOptions(32, 64, 5).padding(2)), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
-                         nn::Linear(64 * 7 * 7, 512), nn::ReLU(), nn::Linear(512, 10));
-  } else {
-    net = nn::Sequential(nn::Flatten(), nn::Linear(784, 200), nn::ReLU(), nn::Linear(200, 200), nn::ReLU(),
-                         nn::Linear(200, 10));
+  switch (arch) {
+    case LoopNet::mlp:
+      net = nn::Sequential(nn::Flatten(), nn::Linear(784, 200), nn::ReLU(), nn::Linear(200, 200), nn::ReLU(),
+                           nn::Linear(200, 10));
+      break;
+    case LoopNet::cnn:
+      net = nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 32, 5).padding(2)), nn::ReLU(), nn::MaxPool2d(2),
+                           nn::Conv2d(nn::Conv2dOptions(32, 64, 5).padding(2)), nn::ReLU(), nn::MaxPool2d(2),
+                           nn::Flatten(), nn::Linear(64 * 7 * 7, 512), nn::ReLU(), nn::Linear(512, 10));
+      break;
+    case LoopNet::lenet:
+      net = nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 6, 5)), nn::ReLU(), nn::MaxPool2d(2),
+                           nn::Conv2d(nn::Conv2dOptions(6, 16, 5)), nn::ReLU(), nn::MaxPool2d(2), nn::Flatten(),
+                           nn::Linear(16 * 4 * 4, 120), nn::ReLU(), nn::Linear(120, 84), nn::ReLU(), nn::Linear(84, 10));
+      break;
   }
   net->train();
   return {net->parameters(), [net](const at::Tensor& x) mutable { return net->forward(x); }};
@@ -58,17 +66,15 @@ def forward(self, x):
 }
 
 std::function<void(int64_t)> loop_rounds(const FederatedDataset& data, int64_t cohort, LoopModel model, int64_t batch,
-                                         double lr, int64_t epochs) {
+                                         double lr, int64_t epochs, double momentum) {
   struct Loop {
     LoopModel model;
     std::vector<at::Tensor> server;
-    std::unique_ptr<torch::optim::SGD> optimizer;
   };
   auto loop = std::make_shared<Loop>();
   loop->model = std::move(model);
   for (const at::Tensor& p : loop->model.params) loop->server.push_back(p.detach().clone());
-  loop->optimizer = std::make_unique<torch::optim::SGD>(loop->model.params, torch::optim::SGDOptions(lr));
-  return [loop, &data, cohort, batch, epochs](int64_t round) {
+  return [loop, &data, cohort, batch, lr, epochs, momentum](int64_t round) {
     std::vector<at::Tensor>& params = loop->model.params;
     std::vector<at::Tensor> total;
     for (const at::Tensor& s : loop->server) total.push_back(at::zeros_like(s));
@@ -80,14 +86,15 @@ std::function<void(int64_t)> loop_rounds(const FederatedDataset& data, int64_t c
         const at::NoGradGuard no_grad;
         for (size_t j = 0; j < params.size(); ++j) params[j].copy_(loop->server[j]);
       }
+      torch::optim::SGD optimizer(params, torch::optim::SGDOptions(lr).momentum(momentum));
       for (int64_t e = 0; e < epochs; ++e) {
         const at::Tensor order = at::randperm(ex.size(), at::kLong);
         for (int64_t b = 0; b < ex.size(); b += batch) {
           const at::Tensor idx = order.narrow(0, b, std::min(batch, ex.size() - b));
-          loop->optimizer->zero_grad();
+          optimizer.zero_grad();
           torch::nn::functional::cross_entropy(loop->model.forward(ex.x.index_select(0, idx)), ex.y.index_select(0, idx))
               .backward();
-          loop->optimizer->step();
+          optimizer.step();
         }
       }
       const at::NoGradGuard no_grad;
