@@ -661,8 +661,9 @@ int bench_command(const BenchOptions& options) {
   cell.momentum = 0.9;
   int64_t loop_parameters = 0;
   for (const at::Tensor& p : torch_nn_model(LoopNet::lenet).params) loop_parameters += p.numel();
-  FAX_CHECK(loop_parameters == bench.parameters(cell), "bench: the LibTorch LeNet has {} parameters, fax's lenet {}",
-            loop_parameters, bench.parameters(cell));
+  const int64_t fax_parameters = bench.parameters(cell);
+  FAX_CHECK(loop_parameters == fax_parameters, "bench: the LibTorch LeNet has {} parameters, fax's lenet {}",
+            loop_parameters, fax_parameters);
   const auto [cell_run, cell_loop_s] = median_pair(
       [&] { return bench.time(cell); }, [&] { return bench.loop_round_s(cell, torch_nn_model(LoopNet::lenet), 1); });
   const double cell_core_min = cell_run.round_s * kCellEpochs * kCellRounds / 60;
