@@ -1,5 +1,7 @@
+#include <algorithm>
 #include <functional>
 
+#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <fax/nn/builtin_models.h>
@@ -79,6 +81,112 @@ TEST_F(ModelsTest, LenetBatchedMatchesPerClient) {
   EXPECT_EQ(lenet.forward_flops(), 2 * (24 * 24 * 6 * 25 + 8 * 8 * 16 * 6 * 25 + 256 * 120 + 120 * 84 + 84 * 10));
   expect_batched_matches_per_client(lenet, at::randn({3, 2, 1, 28, 28}));
   expect_batched_matches_per_client(Cnn({3, 32, 32}, 10, lenet_options()), at::randn({2, 2, 3, 32, 32}));
+}
+
+// A CNN's features by LibTorch's own NCHW layers, one client's: what Cnn::input_features computes
+// with the batch innermost (kernels.h) where the CPU has AVX-512, and with these layers elsewhere.
+at::Tensor reference_features(const TensorTree& p, const at::Tensor& x, size_t convs, int64_t padding) {
+  at::Tensor h = x;
+  for (size_t l = 1; l <= convs; ++l) {
+    const at::Tensor z = at::conv2d(h, p.at(fmt::format("conv{}.w", l)), p.at(fmt::format("conv{}.b", l)), 1, padding);
+    h = at::relu(at::max_pool2d(z, {2, 2}, {2, 2}));
+  }
+  return h.flatten(1);
+}
+
+void expect_close(const at::Tensor& ours, const at::Tensor& theirs, double tolerance, const std::string& what) {
+  ASSERT_EQ(ours.sizes(), theirs.sizes()) << what;
+  const double scale = std::max(1.0, theirs.abs().max().item<double>());
+  EXPECT_LE((ours - theirs).abs().max().item<double>(), tolerance * scale) << what;
+}
+
+struct CnnCase {
+  std::string what;
+  std::vector<int64_t> input;  // [channels, height, width]
+  CnnOptions options;
+  int64_t clients, batch;
+  at::ScalarType type;
+};
+
+CnnOptions cnn_options(std::vector<int64_t> channels, int64_t kernel, bool same_padding) {
+  CnnOptions o;
+  o.channels = std::move(channels);
+  o.kernel = kernel;
+  o.same_padding = same_padding;
+  return o;
+}
+
+// Values, gradients (wrt the images and every convolution's weights and biases) and, in double,
+// gradients of gradients agree with LibTorch's layers: batched over clients and per client, for
+// batches that fill the vector lanes and batches that leave some empty, with and without padding,
+// for every register block the kernels pick (channel counts divisible by 8, 6, 4, 3 and none); and
+// McMahan's wide cnn, which stays on LibTorch's convolutions.
+TEST_F(ModelsTest, CnnFeaturesMatchLibTorchLayers) {
+  const std::vector<CnnCase> cases{
+      {"lenet, a full batch", {1, 28, 28}, lenet_options(), 2, 64, at::kFloat},
+      {"lenet on colour, 5 images", {3, 32, 32}, lenet_options(), 2, 5, at::kFloat},
+      {"McMahan's cnn, 20 images", {1, 28, 28}, CnnOptions(), 2, 20, at::kFloat},
+      {"3x3, odd widths", {3, 20, 20}, cnn_options({4, 8, 10}, 3, true), 3, 9, at::kDouble},
+      {"odd sizes, 17 images", {2, 15, 13}, cnn_options({6, 12}, 3, false), 2, 17, at::kDouble},
+      {"lenet in double", {1, 28, 28}, lenet_options(), 1, 12, at::kDouble}};
+  for (const CnnCase& c : cases) {
+    SCOPED_TRACE(c.what);
+    const Cnn cnn(c.input, 10, c.options);
+    const size_t convs = c.options.channels.size();
+    const int64_t padding = c.options.same_padding ? c.options.kernel / 2 : 0;
+    const double tolerance = c.type == at::kFloat ? 2e-5 : 1e-12;
+    const TensorTree params =
+        stack(client_params(cnn, c.clients)).map([&](const at::Tensor& t) { return t.to(c.type).requires_grad_(true); });
+    std::vector<int64_t> shape{c.clients, c.batch};
+    shape.insert(shape.end(), c.input.begin(), c.input.end());
+    const at::Tensor x = at::randn(shape, c.type).requires_grad_(true);
+    const at::Tensor ours = cnn.input_features(params, x);
+    std::vector<at::Tensor> per_client;
+    for (int64_t i = 0; i < c.clients; ++i) {
+      const TensorTree client = params.map([i](const at::Tensor& t) { return t[i]; });
+      per_client.push_back(reference_features(client, x[i], convs, padding));
+      expect_close(cnn.input_features(client, x[i]), per_client.back(), tolerance, fmt::format("client {} alone", i));
+    }
+    const at::Tensor theirs = at::stack(per_client);
+    expect_close(ours, theirs, tolerance, "batched values");
+
+    std::vector<at::Tensor> leaves{x};
+    std::vector<std::string> names{"x"};
+    for (size_t l = 1; l <= convs; ++l)
+      for (const char* leaf : {"w", "b"}) {
+        names.push_back(fmt::format("conv{}.{}", l, leaf));
+        leaves.push_back(params.at(names.back()));
+      }
+    const at::Tensor r = at::randn(ours.sizes(), c.type);
+    const bool twice = c.type == at::kDouble;
+    const auto ours_grads = torch::autograd::grad({(ours * r).sum()}, leaves, {}, true, twice);
+    const auto their_grads = torch::autograd::grad({(theirs * r).sum()}, leaves, {}, true, twice);
+    for (size_t j = 0; j < leaves.size(); ++j) expect_close(ours_grads[j], their_grads[j], tolerance, "gradient wrt " + names[j]);
+    const auto& widths = c.options.channels;
+    if (__builtin_cpu_supports("avx512f") && *std::max_element(widths.begin(), widths.end()) <= 16) {
+      // fax's own kernels (narrow CNNs): a client's bits depend neither on its chunk nor on threads.
+      for (int64_t i = 0; i < c.clients; ++i)
+        EXPECT_TRUE(at::equal(ours[i], cnn.input_features(params.map([i](const at::Tensor& t) { return t[i]; }), x[i])));
+      const int threads = at::get_num_threads();
+      at::set_num_threads(threads == 1 ? 2 : 1);
+      const at::Tensor again = cnn.input_features(params, x);
+      const auto again_grads = torch::autograd::grad({(again * r).sum()}, leaves);
+      at::set_num_threads(threads);
+      EXPECT_TRUE(at::equal(again, ours));
+      for (size_t j = 0; j < leaves.size(); ++j) EXPECT_TRUE(at::equal(again_grads[j], ours_grads[j])) << names[j];
+    }
+    if (!twice) continue;
+    // Hypergradient FedAvg differentiates through the local steps' gradients.
+    const auto squares = [](const std::vector<at::Tensor>& g) {
+      at::Tensor s = g[0].pow(2).sum();
+      for (size_t j = 1; j < g.size(); ++j) s = s + g[j].pow(2).sum();
+      return s;
+    };
+    const auto ours_twice = torch::autograd::grad({squares(ours_grads)}, leaves, {}, true);
+    const auto their_twice = torch::autograd::grad({squares(their_grads)}, leaves, {}, true);
+    for (size_t j = 0; j < leaves.size(); ++j)
+      expect_close(ours_twice[j], their_twice[j], 1e-10, "second derivative wrt " + names[j]);
+  }
 }
 
 TEST_F(ModelsTest, ResNetBatchedMatchesPerClient) {
@@ -466,7 +574,7 @@ TEST_F(ModelsTest, CnnGradientMatchesFiniteDifferences) {
     plus.view({-1})[idx] += eps;
     minus.view({-1})[idx] -= eps;
     const double numeric = (cnn.forward(p, plus).pow(2).sum() - cnn.forward(p, minus).pow(2).sum()).item<double>() / (2 * eps);
-    EXPECT_NEAR(g.view({-1})[idx].item<double>(), numeric, 1e-5 * std::max(1.0, std::abs(numeric)));
+    EXPECT_NEAR(g.reshape({-1})[idx].item<double>(), numeric, 1e-5 * std::max(1.0, std::abs(numeric)));
   }
 }
 
