@@ -187,6 +187,15 @@ TEST_F(ModelsTest, CnnFeaturesMatchLibTorchLayers) {
     for (size_t j = 0; j < leaves.size(); ++j)
       expect_close(ours_twice[j], their_twice[j], 1e-10, "second derivative wrt " + names[j]);
   }
+  // Images that do not fit the weights (channels, clients) are an error, not a stray read.
+  const Cnn lenet({1, 28, 28}, 10, lenet_options());
+  const TensorTree two = stack(client_params(lenet, 2));
+  EXPECT_ANY_THROW(lenet.input_features(two, at::randn({2, 3, 3, 28, 28})));
+  EXPECT_ANY_THROW(lenet.input_features(two, at::randn({3, 3, 1, 28, 28})));
+  const TensorTree elsewhere = two.map([](const at::Tensor& t) { return t.to(at::kMeta); });
+  EXPECT_ANY_THROW(lenet.input_features(elsewhere, at::randn({2, 3, 1, 28, 28})));
+  // An empty batch gives empty features.
+  EXPECT_EQ(lenet.input_features(two, at::randn({2, 0, 1, 28, 28})).sizes(), (at::IntArrayRef{2, 0, 256}));
 }
 
 TEST_F(ModelsTest, ResNetBatchedMatchesPerClient) {

@@ -213,8 +213,9 @@ at::Tensor Cnn::input_features(const TensorTree& params, const at::Tensor& x) co
   // block of 4 output channels (docs/models.md). The choice depends on the model only, never on
   // a step's width, so every client keeps its bits in any chunk.
   const bool narrow = std::all_of(convs_.begin(), convs_.end(), [](const ConvLayer& c) { return c.out <= 16; });
-  if (narrow && x.dim() == (batched ? 5 : 4) && kernels::batch_inner_takes(x, o_.kernel) &&
-      params.at("conv1.w").scalar_type() == x.scalar_type()) {
+  const at::Tensor& first = params.at("conv1.w");
+  if (narrow && x.dim() == (batched ? 5 : 4) && x.numel() > 0 && kernels::batch_inner_takes(x, o_.kernel) &&
+      first.scalar_type() == x.scalar_type() && first.device() == x.device()) {
     // One transpose in, one out.
     const auto client_axis = [batched](const at::Tensor& t) { return batched ? t : t.unsqueeze(0); };
     at::Tensor h = kernels::to_batch_inner(client_axis(x), padding);

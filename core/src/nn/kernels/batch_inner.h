@@ -3,7 +3,7 @@
 // Direct convolutions with the batch innermost (conv_batch_inner.cpp's kernels), one client:
 // x [c][h][w][n], weights [o][c][K][K] (PyTorch's order), y [o][h-K+1][w-K+1][n]; stride 1, no
 // padding (callers pad while they transpose); n a multiple of Simd<T>::lanes. With the images in
-// the vector lanes, every weight is one broadcast and every tap one aligned load: no im2col, no
+// the vector lanes, every weight is one broadcast and every tap one vector load: no im2col, no
 // reorders (experiments/bench/RESULTS.md, "The non-IID benchmark's cell"). Every output element is
 // summed by one call in a fixed order: the bits do not depend on how callers split the work over
 // threads (by blocks of channels and of images).

@@ -9,6 +9,8 @@
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <fax/base/error.h>
+
 #include "batch_inner.h"
 #include "kernels.h"
 
@@ -185,7 +187,8 @@ variable_list ConvFn::backward(AutogradContext* ctx, variable_list grads) {
 
 bool batch_inner_takes(const at::Tensor& x, int64_t kernel_size) {
   static const bool avx512 = bi::avx512_available();
-  return avx512 && x.is_cpu() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble) &&
+  return avx512 && x.is_cpu() && x.layout() == at::kStrided &&
+         (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble) &&
          (kernel_size == 3 || kernel_size == 5);
 }
 
@@ -199,16 +202,27 @@ at::Tensor pad_batch_inner(const at::Tensor& x, int64_t padding) {
 }
 
 at::Tensor flatten_batch_inner(const at::Tensor& x, int64_t images) {
-  return x.narrow(4, 0, images).permute({0, 4, 1, 2, 3}).reshape({x.size(0), images, -1});
+  return x.narrow(4, 0, images).permute({0, 4, 1, 2, 3}).reshape({x.size(0), images, x.size(1) * x.size(2) * x.size(3)});
 }
 
 at::Tensor conv2d_batch_inner(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+  // The kernels index raw memory by these sizes: a mismatch is an error here, not a stray read.
+  FAX_CHECK(x.dim() == 5 && w.dim() == 5 && x.size(0) > 0 && x.size(0) == w.size(0) && w.size(1) > 0 &&
+                x.size(1) == w.size(2) && w.size(3) == w.size(4) && x.size(2) >= w.size(3) && x.size(3) >= w.size(3) &&
+                x.size(4) % lanes(x.scalar_type()) == 0 && batch_inner_takes(x, w.size(3)) &&
+                w.scalar_type() == x.scalar_type() && w.device() == x.device() && w.layout() == at::kStrided,
+            "conv2d_batch_inner: images {} [{}] do not fit weights {} [{}]", x.toString(), fmt::join(x.sizes(), ", "),
+            w.toString(), fmt::join(w.sizes(), ", "));
+  FAX_CHECK(!bias.defined() || (bias.dim() == 2 && bias.size(0) == w.size(0) && bias.size(1) == w.size(1) &&
+                                bias.scalar_type() == x.scalar_type() && bias.device() == x.device() &&
+                                bias.layout() == at::kStrided),
+            "conv2d_batch_inner: bias [{}] does not fit weights [{}]", fmt::join(bias.sizes(), ", "), fmt::join(w.sizes(), ", "));
   return ConvFn::apply(x, w, bias.defined() ? bias : no_bias(x, w));
 }
 
 at::Tensor max_pool2_batch_inner(const at::Tensor& x) {
   const at::Tensor c = x.contiguous();
-  const at::Tensor pooled = max_pool2_planes(c.view({-1, x.size(2), x.size(3), x.size(4)}));
+  const at::Tensor pooled = max_pool2_planes(c.view({x.size(0) * x.size(1), x.size(2), x.size(3), x.size(4)}));
   return pooled.view({x.size(0), x.size(1), pooled.size(1), pooled.size(2), x.size(4)});
 }
 

@@ -15,11 +15,12 @@ namespace fax::kernels {
 namespace {
 
 // 2x2 max pooling. LibTorch 1.13's NCHW max_pool2d kernel on the CPU is scalar and general
-// (dilation, padding), and a large part of a CNN round (experiments/bench/RESULTS.md). This one pools the planes of a contiguous tensor and
-// keeps, per output, which corner won (0..3, row-major) for the backward pass. Planes may hold
-// `inner` elements per position (the batch-inner layout of conv_batch_inner.cpp), each pooled on its own. It picks the corner
-// max_pool2d picks: the first maximum in row-major order, or the last NaN; so values, gradients
-// and double gradients carry the same bits as max_pool2d's.
+// (dilation, padding), and a large part of a CNN round (experiments/bench/RESULTS.md). This one
+// pools the planes of a contiguous tensor and keeps, per output, which corner won (0..3,
+// row-major) for the backward pass. Planes may hold `inner` elements per position (the batch-inner
+// layout of conv_batch_inner.cpp), each pooled on its own. It picks the corner max_pool2d picks:
+// the first maximum in row-major order, or the last NaN; so values, gradients and double
+// gradients carry the same bits as max_pool2d's.
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
