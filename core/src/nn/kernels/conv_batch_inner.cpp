@@ -35,12 +35,15 @@ void for_items(int64_t clients, int64_t count, const F& f) {
   });
 }
 
-// Calls f(std::integral_constant<int, K>) for the kernel sizes the kernels are built for.
+// Calls f(T(), std::integral_constant<int, K>()) for t's element type T and the kernel size K
+// (the sizes the kernels are built for).
 template <typename F>
-void with_kernel_size(int64_t size, const F& f) {
-  if (size == 5) return f(std::integral_constant<int, 5>());
-  TORCH_INTERNAL_ASSERT(size == 3, "batch-inner convolution of size ", size);
-  f(std::integral_constant<int, 3>());
+void dispatch(at::ScalarType t, int64_t size, const F& f) {
+  AT_DISPATCH_FLOATING_TYPES(t, "fax::conv2d_batch_inner", [&] {
+    if (size == 5) return f(scalar_t(), std::integral_constant<int, 5>());
+    TORCH_INTERNAL_ASSERT(size == 3, "batch-inner convolution of size ", size);
+    f(scalar_t(), std::integral_constant<int, 3>());
+  });
 }
 
 // y = x * w + b: [k, o, h - K + 1, w - K + 1, n].
@@ -49,16 +52,15 @@ at::Tensor conv_forward(const at::Tensor& x_in, const at::Tensor& w_in, const at
   const int64_t k = x.size(0), size = w.size(3);
   const bi::Shape s = client_shape(x.sizes(), w.size(1));
   at::Tensor y = at::empty({k, s.o, s.h - size + 1, s.w - size + 1, s.n}, x.options());
-  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fax::conv2d_batch_inner", [&] {
-    with_kernel_size(size, [&](auto kernel) {
-      constexpr int K = decltype(kernel)::value;
-      const bi::ForwardPlan plan = bi::forward_plan(s, bi::Simd<scalar_t>::lanes);
-      const scalar_t *xp = x.data_ptr<scalar_t>(), *wp = w.data_ptr<scalar_t>(), *bp = b.data_ptr<scalar_t>();
-      scalar_t* yp = y.data_ptr<scalar_t>();
-      const int64_t xs = x.stride(0), ws = w.stride(0), ys = y.stride(0);
-      for_items(k, plan.count(), [&](int64_t j, int64_t item) {
-        bi::forward<scalar_t, K>(plan, xp + j * xs, wp + j * ws, bp + j * s.o, yp + j * ys, s, item);
-      });
+  dispatch(x.scalar_type(), size, [&](auto zero, auto kernel) {
+    using T = decltype(zero);
+    constexpr int K = decltype(kernel)::value;
+    const bi::ForwardPlan plan = bi::forward_plan(s, bi::Simd<T>::lanes);
+    const T *xp = x.data_ptr<T>(), *wp = w.data_ptr<T>(), *bp = b.data_ptr<T>();
+    T* yp = y.data_ptr<T>();
+    const int64_t xs = x.stride(0), ws = w.stride(0), ys = y.stride(0);
+    for_items(k, plan.count(), [&](int64_t j, int64_t item) {
+      bi::forward<T, K>(plan, xp + j * xs, wp + j * ws, bp + j * s.o, yp + j * ys, s, item);
     });
   });
   return y;
@@ -70,16 +72,15 @@ at::Tensor data_grad(const at::Tensor& g_in, const at::Tensor& w_in, int64_t hei
   const int64_t k = g.size(0), size = w.size(3);
   const bi::Shape s{w.size(2), height, width, g.size(4), w.size(1)};
   at::Tensor dx = at::empty({k, s.c, height, width, s.n}, g.options());
-  AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "fax::conv2d_batch_inner data gradient", [&] {
-    with_kernel_size(size, [&](auto kernel) {
-      constexpr int K = decltype(kernel)::value;
-      const bi::DataGradPlan plan = bi::data_grad_plan(s, bi::Simd<scalar_t>::lanes);
-      const scalar_t *gp = g.data_ptr<scalar_t>(), *wp = w.data_ptr<scalar_t>();
-      scalar_t* dp = dx.data_ptr<scalar_t>();
-      const int64_t gs = g.stride(0), ws = w.stride(0), ds = dx.stride(0);
-      for_items(k, plan.count(), [&](int64_t j, int64_t item) {
-        bi::data_grad<scalar_t, K>(plan, gp + j * gs, wp + j * ws, dp + j * ds, s, item);
-      });
+  dispatch(g.scalar_type(), size, [&](auto zero, auto kernel) {
+    using T = decltype(zero);
+    constexpr int K = decltype(kernel)::value;
+    const bi::DataGradPlan plan = bi::data_grad_plan(s, bi::Simd<T>::lanes);
+    const T *gp = g.data_ptr<T>(), *wp = w.data_ptr<T>();
+    T* dp = dx.data_ptr<T>();
+    const int64_t gs = g.stride(0), ws = w.stride(0), ds = dx.stride(0);
+    for_items(k, plan.count(), [&](int64_t j, int64_t item) {
+      bi::data_grad<T, K>(plan, gp + j * gs, wp + j * ws, dp + j * ds, s, item);
     });
   });
   return dx;
@@ -91,16 +92,15 @@ at::Tensor weight_grad(const at::Tensor& x_in, const at::Tensor& g_in, int64_t s
   const int64_t k = x.size(0);
   const bi::Shape s = client_shape(x.sizes(), g.size(1));
   at::Tensor dw = at::empty({k, s.o, s.c, size, size}, x.options());
-  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fax::conv2d_batch_inner weight gradient", [&] {
-    with_kernel_size(size, [&](auto kernel) {
-      constexpr int K = decltype(kernel)::value;
-      const bi::WeightGradPlan plan = bi::weight_grad_plan(s);
-      const scalar_t *xp = x.data_ptr<scalar_t>(), *gp = g.data_ptr<scalar_t>();
-      scalar_t* dp = dw.data_ptr<scalar_t>();
-      const int64_t xs = x.stride(0), gs = g.stride(0), ds = dw.stride(0);
-      for_items(k, plan.count(s, K), [&](int64_t j, int64_t item) {
-        bi::weight_grad<scalar_t, K>(plan, xp + j * xs, gp + j * gs, dp + j * ds, s, item);
-      });
+  dispatch(x.scalar_type(), size, [&](auto zero, auto kernel) {
+    using T = decltype(zero);
+    constexpr int K = decltype(kernel)::value;
+    const bi::WeightGradPlan plan = bi::weight_grad_plan(s);
+    const T *xp = x.data_ptr<T>(), *gp = g.data_ptr<T>();
+    T* dp = dw.data_ptr<T>();
+    const int64_t xs = x.stride(0), gs = g.stride(0), ds = dw.stride(0);
+    for_items(k, plan.count(s, K), [&](int64_t j, int64_t item) {
+      bi::weight_grad<T, K>(plan, xp + j * xs, gp + j * gs, dp + j * ds, s, item);
     });
   });
   return dw;
