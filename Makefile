@@ -37,13 +37,13 @@ test: build
 	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 
 # The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer, in its own build tree.
-# Left to `make test`: compile_fail only runs the compiler; consumer checks the packaging (the same
+# Left to `make test`: compile_fail and portability only run compilers; consumer checks the packaging (the same
 # plugins run in-tree here); experiments checks the shipped files and their numbers through code
 # the other cases run (docs/testing.md).
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFAX_SANITIZE=ON $(CMAKE_FLAGS)
 	@cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
-	@$(SANITIZER_ENV) ctest --test-dir $(ASAN_BUILD_DIR) --output-on-failure -j $(JOBS) -LE "compile_fail|consumer|experiments"
+	@$(SANITIZER_ENV) ctest --test-dir $(ASAN_BUILD_DIR) --output-on-failure -j $(JOBS) -LE "compile_fail|portability|consumer|experiments"
 
 # libFuzzer (clang) on the config loader, the file readers (IDX, LEAF, TFF-HDF5, clock traces), the
 # remote frame decoder and listener, FUZZ_SECONDS each,

@@ -9,7 +9,7 @@ packages=(
   libtensorpipe-dev libgloo-dev libyaml-cpp-dev libfmt-dev libcli11-dev
   libhdf5-dev libgtest-dev zlib1g-dev libgoogle-perftools-dev nlohmann-json3-dev
   dataset-fashion-mnist python3-h5py python3-torch bc
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev g++-aarch64-linux-gnu
   slurm-wlm munge
 )
 

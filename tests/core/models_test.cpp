@@ -8,6 +8,7 @@
 #include <fax/nn/layers.h>
 
 #include "helpers.h"
+#include "kernels.h"
 
 namespace fax {
 namespace {
@@ -163,7 +164,7 @@ TEST_F(ModelsTest, CnnFeaturesMatchLibTorchLayers) {
     const auto their_grads = torch::autograd::grad({(theirs * r).sum()}, leaves, {}, true, twice);
     for (size_t j = 0; j < leaves.size(); ++j) expect_close(ours_grads[j], their_grads[j], tolerance, "gradient wrt " + names[j]);
     const auto& widths = c.options.channels;
-    if (__builtin_cpu_supports("avx512f") && *std::max_element(widths.begin(), widths.end()) <= 16) {
+    if (kernels::batch_inner_takes(x, c.options.kernel) && *std::max_element(widths.begin(), widths.end()) <= 16) {
       // fax's own kernels (narrow CNNs): a client's bits depend neither on its chunk nor on threads.
       for (int64_t i = 0; i < c.clients; ++i)
         EXPECT_TRUE(at::equal(ours[i], cnn.input_features(params.map([i](const at::Tensor& t) { return t[i]; }), x[i])));

@@ -8,41 +8,61 @@
 // summed by one call in a fixed order: the bits do not depend on how callers split the work over
 // threads (by blocks of channels and of images).
 //
-// The functions carry __attribute__((target)): fax builds for generic x86-64, so callers check
-// avx512_available() first. Only conv_batch_inner.cpp includes this header.
+// On x86 the functions carry __attribute__((target)): fax builds for generic x86-64, so callers
+// check available() first. Elsewhere, or where FAX_PORTABLE_SIMD is defined (the tests do, to
+// compare the two), Simd is plain C++ one lane at a time: std::fma rounds once, as the fused
+// instructions do, so it computes the AVX-512 kernels' bits. There available() is false and
+// callers keep LibTorch's path; the portable code is what lets fax build on aarch64. Each variant
+// lives in its own inline namespace, so both can sit in one program. Only conv_batch_inner.cpp and
+// the tests include this header.
 
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(FAX_PORTABLE_SIMD)
+#define FAX_BATCH_INNER_AVX512 1
 #include <immintrin.h>
+#endif
 
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 
 namespace fax::kernels::batch_inner {
+#ifdef FAX_BATCH_INNER_AVX512
+inline namespace avx512 {
+#else
+inline namespace portable {
+#endif
 
-#define FAX_AVX512 __attribute__((target("avx512f,fma")))
-
-inline bool avx512_available() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"); }
+// The lanes of a vector summed pairwise in a fixed tree (a reduction intrinsic's order may differ
+// between compilers; this one does not).
+template <typename T, int N>
+T tree_sum(T* l) {
+  for (int w = N / 2; w > 0; w /= 2)
+    for (int i = 0; i < w; ++i) l[i] += l[i + w];
+  return l[0];
+}
 
 template <typename T>
 struct Simd;
+
+#ifdef FAX_BATCH_INNER_AVX512
+#define FAX_SIMD_TARGET __attribute__((target("avx512f,fma")))
+
+inline bool available() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"); }
 
 template <>
 struct Simd<float> {
   using V = __m512;
   static constexpr int lanes = 16;
-  FAX_AVX512 static V load(const float* p) { return _mm512_loadu_ps(p); }
-  FAX_AVX512 static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
-  FAX_AVX512 static V splat(float x) { return _mm512_set1_ps(x); }
-  FAX_AVX512 static V zero() { return _mm512_setzero_ps(); }
-  FAX_AVX512 static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-  FAX_AVX512 static V add(V a, V b) { return _mm512_add_ps(a, b); }
-  // Lanes summed pairwise in a fixed tree (the reduction intrinsic's order may differ between
-  // compilers; this one does not).
-  FAX_AVX512 static float sum(V v) {
-    alignas(64) float l[16];
+  FAX_SIMD_TARGET static V load(const float* p) { return _mm512_loadu_ps(p); }
+  FAX_SIMD_TARGET static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  FAX_SIMD_TARGET static V splat(float x) { return _mm512_set1_ps(x); }
+  FAX_SIMD_TARGET static V zero() { return _mm512_setzero_ps(); }
+  FAX_SIMD_TARGET static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  FAX_SIMD_TARGET static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  FAX_SIMD_TARGET static float sum(V v) {
+    alignas(64) float l[lanes];
     _mm512_store_ps(l, v);
-    for (int w = 8; w > 0; w /= 2)
-      for (int i = 0; i < w; ++i) l[i] += l[i + w];
-    return l[0];
+    return tree_sum<float, lanes>(l);
   }
 };
 
@@ -50,20 +70,56 @@ template <>
 struct Simd<double> {
   using V = __m512d;
   static constexpr int lanes = 8;
-  FAX_AVX512 static V load(const double* p) { return _mm512_loadu_pd(p); }
-  FAX_AVX512 static void store(double* p, V v) { _mm512_storeu_pd(p, v); }
-  FAX_AVX512 static V splat(double x) { return _mm512_set1_pd(x); }
-  FAX_AVX512 static V zero() { return _mm512_setzero_pd(); }
-  FAX_AVX512 static V fma(V a, V b, V c) { return _mm512_fmadd_pd(a, b, c); }
-  FAX_AVX512 static V add(V a, V b) { return _mm512_add_pd(a, b); }
-  FAX_AVX512 static double sum(V v) {
-    alignas(64) double l[8];
+  FAX_SIMD_TARGET static V load(const double* p) { return _mm512_loadu_pd(p); }
+  FAX_SIMD_TARGET static void store(double* p, V v) { _mm512_storeu_pd(p, v); }
+  FAX_SIMD_TARGET static V splat(double x) { return _mm512_set1_pd(x); }
+  FAX_SIMD_TARGET static V zero() { return _mm512_setzero_pd(); }
+  FAX_SIMD_TARGET static V fma(V a, V b, V c) { return _mm512_fmadd_pd(a, b, c); }
+  FAX_SIMD_TARGET static V add(V a, V b) { return _mm512_add_pd(a, b); }
+  FAX_SIMD_TARGET static double sum(V v) {
+    alignas(64) double l[lanes];
     _mm512_store_pd(l, v);
-    for (int w = 4; w > 0; w /= 2)
-      for (int i = 0; i < w; ++i) l[i] += l[i + w];
-    return l[0];
+    return tree_sum<double, lanes>(l);
   }
 };
+
+#else
+#define FAX_SIMD_TARGET
+
+inline bool available() { return false; }
+
+// 64 bytes a vector, as AVX-512's, so both variants block the images alike.
+template <typename T>
+struct Simd {
+  static constexpr int lanes = 64 / sizeof(T);
+  struct V {
+    T l[lanes];
+  };
+  static V load(const T* p) {
+    V v;
+    for (int i = 0; i < lanes; ++i) v.l[i] = p[i];
+    return v;
+  }
+  static void store(T* p, const V& v) {
+    for (int i = 0; i < lanes; ++i) p[i] = v.l[i];
+  }
+  static V splat(T x) {
+    V v;
+    for (int i = 0; i < lanes; ++i) v.l[i] = x;
+    return v;
+  }
+  static V zero() { return splat(T(0)); }
+  static V fma(const V& a, const V& b, V c) {
+    for (int i = 0; i < lanes; ++i) c.l[i] = std::fma(a.l[i], b.l[i], c.l[i]);
+    return c;
+  }
+  static V add(V a, const V& b) {
+    for (int i = 0; i < lanes; ++i) a.l[i] += b.l[i];
+    return a;
+  }
+  static T sum(V v) { return tree_sum<T, lanes>(v.l); }
+};
+#endif
 
 struct Shape {
   int64_t c, h, w, n;  // input channels, height, width, images (a multiple of the vector block)
@@ -75,7 +131,7 @@ struct Shape {
 // y[o0 .. o0+OB)[.][.][n0 .. n0 + NV lanes) = b + sum over c, taps of w x: one register block of
 // OB output channels x NV vectors of images, for every output position.
 template <typename T, int K, int OB, int NV>
-FAX_AVX512 void forward_block(const T* x, const T* wt, const T* b, T* y, const Shape& s, int64_t o0, int64_t n0) {
+FAX_SIMD_TARGET void forward_block(const T* x, const T* wt, const T* b, T* y, const Shape& s, int64_t o0, int64_t n0) {
   using S = Simd<T>;
   const int64_t oh = s.oh(K), ow = s.ow(K);
   for (int64_t h = 0; h < oh; ++h)
@@ -102,7 +158,7 @@ FAX_AVX512 void forward_block(const T* x, const T* wt, const T* b, T* y, const S
 // dx[c][h][w][n0 ..] = sum over o, taps of w[o][c][ky][kx] g[o][h-ky][w-kx]: CB input channels at
 // once, the taps cut to g's edges.
 template <typename T, int K, int CB, int NV>
-FAX_AVX512 void data_grad_block(const T* g, const T* wt, T* dx, const Shape& s, int64_t c0, int64_t n0) {
+FAX_SIMD_TARGET void data_grad_block(const T* g, const T* wt, T* dx, const Shape& s, int64_t c0, int64_t n0) {
   using S = Simd<T>;
   const int64_t oh = s.oh(K), ow = s.ow(K);
   for (int64_t h = 0; h < s.h; ++h)
@@ -131,7 +187,7 @@ FAX_AVX512 void data_grad_block(const T* g, const T* wt, T* dx, const Shape& s, 
 // dw[o0 .. o0+OB)[c][ky][.] = sum over positions and all images of g x: per kernel row, OB output
 // channels x K taps of vector sums, one image vector after the other, then each lane sum.
 template <typename T, int K, int OB>
-FAX_AVX512 void weight_grad_block(const T* x, const T* g, T* dw, const Shape& s, int64_t o0, int64_t c, int ky) {
+FAX_SIMD_TARGET void weight_grad_block(const T* x, const T* g, T* dw, const Shape& s, int64_t o0, int64_t c, int ky) {
   using S = Simd<T>;
   const int64_t oh = s.oh(K), ow = s.ow(K);
   typename S::V acc[OB][K];
@@ -153,7 +209,7 @@ FAX_AVX512 void weight_grad_block(const T* x, const T* g, T* dw, const Shape& s,
 
 // The sum of one channel of g over positions and images: one vector sum, then its lanes.
 template <typename T>
-FAX_AVX512 T channel_sum(const T* g, int64_t elements) {
+FAX_SIMD_TARGET T channel_sum(const T* g, int64_t elements) {
   using S = Simd<T>;
   typename S::V acc = S::zero();
   for (int64_t e = 0; e < elements; e += S::lanes) acc = S::add(acc, S::load(g + e));
@@ -245,4 +301,5 @@ void weight_grad(const WeightGradPlan& p, const T* x, const T* g, T* dw, const S
   }
 }
 
+}  // inline namespace
 }  // namespace fax::kernels::batch_inner

@@ -186,8 +186,8 @@ variable_list ConvFn::backward(AutogradContext* ctx, variable_list grads) {
 }  // namespace
 
 bool batch_inner_takes(const at::Tensor& x, int64_t kernel_size) {
-  static const bool avx512 = bi::avx512_available();
-  return avx512 && x.is_cpu() && x.layout() == at::kStrided &&
+  static const bool simd = bi::available();
+  return simd && x.is_cpu() && x.layout() == at::kStrided &&
          (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble) &&
          (kernel_size == 3 || kernel_size == 5);
 }
