@@ -320,7 +320,15 @@ TEST_F(ModelsTest, MaxPoolMatchesLibTorchBitwise) {
     EXPECT_GT((g_ours == 0).sum().item<int64_t>(), 3 * g_ours.numel() / 4 - 1);
     const at::Tensor v = at::randn(x.sizes(), dtype);
     const auto second = [&](const at::Tensor& g) { return torch::autograd::grad({(g * v).sum()}, {up})[0]; };
-    EXPECT_TRUE(same(second(g_ours), second(g_theirs))) << dtype;
+    const at::Tensor second_theirs = second(g_theirs);
+    EXPECT_TRUE(same(second(g_ours), second_theirs)) << dtype;
+    // The batch-inner layout [k, c, h, w, images] of narrow CNNs' convolutions pools alike.
+    const at::Tensor inner =
+        kernels::max_pool2_batch_inner(x.permute({0, 2, 3, 4, 1}).contiguous()).permute({0, 4, 1, 2, 3});
+    ASSERT_TRUE(same(inner, theirs)) << dtype;
+    const at::Tensor g_inner = grad(inner);
+    EXPECT_TRUE(same(g_inner, g_theirs)) << dtype;
+    EXPECT_TRUE(same(second(g_inner), second_theirs)) << dtype;
   }
   // The CNN applies ReLU after the pooling: the same values and gradients as before it (the sign
   // of a zero aside: relu(max(-0, -1)) is -0, max(relu(-0), relu(-1)) may be +0; `+ 0` makes -0 +0).
