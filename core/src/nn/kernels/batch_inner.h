@@ -185,7 +185,10 @@ FAX_SIMD_TARGET void data_grad_block(const T* g, const T* wt, T* dx, const Shape
 }
 
 // dw[o0 .. o0+OB)[c][ky][.] = sum over positions and all images of g x: per kernel row, OB output
-// channels x K taps of vector sums, one image vector after the other, then each lane sum.
+// channels x K taps of vector sums, one image vector after the other, then each lane sum. With
+// fewer than 4 output channels a block the loads bound it, so along a row its K inputs slide by
+// one: one new load a position (wider blocks lost a little to the register moves). The sums run
+// in the same order either way.
 template <typename T, int K, int OB>
 FAX_SIMD_TARGET void weight_grad_block(const T* x, const T* g, T* dw, const Shape& s, int64_t o0, int64_t c, int ky) {
   using S = Simd<T>;
@@ -194,15 +197,23 @@ FAX_SIMD_TARGET void weight_grad_block(const T* x, const T* g, T* dw, const Shap
   for (int o = 0; o < OB; ++o)
     for (int kx = 0; kx < K; ++kx) acc[o][kx] = S::zero();
   for (int64_t n0 = 0; n0 < s.n; n0 += S::lanes)
-    for (int64_t h = 0; h < oh; ++h)
+    for (int64_t h = 0; h < oh; ++h) {
+      const T* row = x + (c * s.h + h + ky) * s.w * s.n + n0;
+      typename S::V xv[K];
+      for (int kx = 1; kx < K; ++kx) xv[kx] = S::load(row + (kx - 1) * s.n);
       for (int64_t w = 0; w < ow; ++w) {
-        typename S::V xv[K];
-        for (int kx = 0; kx < K; ++kx) xv[kx] = S::load(x + ((c * s.h + h + ky) * s.w + w + kx) * s.n + n0);
+        if constexpr (OB < 4) {
+          for (int kx = 0; kx + 1 < K; ++kx) xv[kx] = xv[kx + 1];
+          xv[K - 1] = S::load(row + (w + K - 1) * s.n);
+        } else {
+          for (int kx = 0; kx < K; ++kx) xv[kx] = S::load(row + (w + kx) * s.n);
+        }
         for (int o = 0; o < OB; ++o) {
           const typename S::V gv = S::load(g + (((o0 + o) * oh + h) * ow + w) * s.n + n0);
           for (int kx = 0; kx < K; ++kx) acc[o][kx] = S::fma(gv, xv[kx], acc[o][kx]);
         }
       }
+    }
   for (int o = 0; o < OB; ++o)
     for (int kx = 0; kx < K; ++kx) dw[(((o0 + o) * s.c + c) * K + ky) * K + kx] = S::sum(acc[o][kx]);
 }
