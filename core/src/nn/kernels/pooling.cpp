@@ -48,7 +48,9 @@ void with_inner(const Planes& p, const F& f) {
 
 // fax builds for generic x86-64, where the loops below vectorise to 4 floats; compiled again for
 // AVX-512 they take 16 (the pooling was 10% of a LeNet step on 4). They compare and select, never
-// round, so both copies give the same bits.
+// round, so both copies give the same bits. Only for planes with an inner axis, whose loops run
+// over contiguous elements: plain planes pair neighbours, and their AVX-512 copy ran slower
+// (McMahan's cnn spent twice as long pooling).
 #if defined(__x86_64__) || defined(__i386__)
 #define FAX_POOL_WIDE __attribute__((target("avx512f,avx512bw"), flatten))
 bool wide_available() {
@@ -67,12 +69,13 @@ FAX_POOL_WIDE void call_wide(const F& f) {
 }
 
 // Runs f(first, end) over ranges of planes on LibTorch's intra-op threads, on AVX-512 where the CPU
-// has it.
+// has it and the planes have an inner axis.
 template <typename F>
 void for_planes(const Planes& p, F f) {
+  const bool wide = p.inner > 1 && wide_available();
   at::parallel_for(0, p.count, std::max<int64_t>(1, 32768 / (p.h * p.w * p.inner)), [&](int64_t first, int64_t end) {
     const auto range = [&] { f(first, end); };
-    if (wide_available()) return call_wide(range);
+    if (wide) return call_wide(range);
     range();
   });
 }
