@@ -297,17 +297,21 @@ bool same(const at::Tensor& a, const at::Tensor& b) {
 
 TEST_F(ModelsTest, MaxPoolMatchesLibTorchBitwise) {
   for (const auto dtype : {at::kFloat, at::kDouble}) {
-    // [b, k, c, h, w] memory viewed as [k, b, c, h, w]; relu's zeros and rounding make ties.
-    at::Tensor base = at::relu(at::randn({2, 3, 4, 7, 9}, dtype)).mul(4).round();
-    base[0][0][0][0][0] = NAN;  // NaN first in its window
-    base[0][0][0][1][1] = NAN;  // two NaNs: the later wins
-    base[0][0][0][0][1] = NAN;
-    base[1][2][3][2].fill_(-INFINITY);  // windows of -inf only
-    base[1][2][3][3].fill_(-INFINITY);
-    base[1][1][1][5][3] = -0.0;
+    // [b, k, c, h, w] memory viewed as [k, b, c, h, w]; relu's zeros and rounding make ties. 37
+    // images: the batch-inner layout below pools them in whole vectors and a remainder.
+    constexpr int64_t images = 37;
+    at::Tensor base = at::relu(at::randn({images, 3, 4, 7, 9}, dtype)).mul(4).round();
+    for (const int64_t i : {int64_t{0}, int64_t{20}}) {
+      base[i][0][0][0][0] = NAN;  // NaN first in its window
+      base[i][0][0][1][1] = NAN;  // two NaNs: the later wins
+      base[i][0][0][0][1] = NAN;
+      base[i + 1][2][3][2].fill_(-INFINITY);  // windows of -inf only
+      base[i + 1][2][3][3].fill_(-INFINITY);
+      base[i + 1][1][1][5][3] = -0.0;
+    }
     const at::Tensor x = base.transpose(0, 1).requires_grad_(true);
     const at::Tensor ours = fax::max_pool2(x);
-    const at::Tensor theirs = at::max_pool2d(x.reshape({-1, 4, 7, 9}), {2, 2}, {2, 2}).view({3, 2, 4, 3, 4});
+    const at::Tensor theirs = at::max_pool2d(x.reshape({-1, 4, 7, 9}), {2, 2}, {2, 2}).view({3, images, 4, 3, 4});
     ASSERT_TRUE(same(ours, theirs)) << dtype;
     EXPECT_GT(ours.isnan().sum().item<int64_t>(), 0);
     const at::Tensor up = at::randn(ours.sizes(), dtype).requires_grad_(true);

@@ -197,7 +197,7 @@ FAX_SIMD_TARGET void weight_grad_block(const T* x, const T* g, T* dw, const Shap
   for (int o = 0; o < OB; ++o)
     for (int kx = 0; kx < K; ++kx) acc[o][kx] = S::zero();
   for (int64_t n0 = 0; n0 < s.n; n0 += S::lanes)
-    for (int64_t h = 0; h < oh; ++h) {
+    for (int64_t h = 0; h < oh && ow > 0; ++h) {  // no output column: no input to prime
       const T* row = x + (c * s.h + h + ky) * s.w * s.n + n0;
       typename S::V xv[K];
       for (int kx = 1; kx < K; ++kx) xv[kx] = S::load(row + (kx - 1) * s.n);
