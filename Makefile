@@ -37,9 +37,9 @@ test: build
 	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 
 # The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer, in its own build tree.
-# Left to `make test`: compile_fail and portability only run compilers; consumer checks the packaging (the same
-# plugins run in-tree here); experiments checks the shipped files and their numbers through code
-# the other cases run (docs/testing.md).
+# Left to `make test`: compile_fail and portability only run compilers; consumer checks the
+# packaging (the same plugins run in-tree here); experiments checks the shipped files and their
+# numbers through code the other cases run (docs/testing.md).
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFAX_SANITIZE=ON $(CMAKE_FLAGS)
 	@cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)

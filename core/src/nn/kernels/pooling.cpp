@@ -92,9 +92,9 @@ bool replaces(T candidate, T best, T later, T earlier) {
 template <typename T>
 void pool_planes(const T* x, T* out, uint8_t* corners, const Planes& p, int64_t first, int64_t end) {
   const int64_t h2 = p.h / 2, w2 = p.w / 2, n = p.out_size(), row = p.w;
-  // Plain planes (inner 1). Per plane: the maxima of each column's two rows (contiguous), then of each pair of columns,
-  // then the corners as bytes; three loops the compiler vectorises. Corners are kept as T until
-  // the last loop so that every loop works on one element width.
+  // Plain planes (inner 1). Per plane: the maxima of each column's two rows (contiguous), then of
+  // each pair of columns, then the corners as bytes; three loops the compiler vectorises. Corners
+  // are kept as T until the last loop so that every loop works on one element width.
   std::vector<T> column_max(2 * n), column_corner(2 * n), corner(n);
   for (int64_t plane = first; plane < end; ++plane) {
     for (int64_t i = 0; i < h2; ++i) {
@@ -122,8 +122,8 @@ void pool_planes(const T* x, T* out, uint8_t* corners, const Planes& p, int64_t 
 }
 
 // One row of windows with `inner` elements a position: the corners in row-major order, each
-// replacing the best so far when larger or NaN (replaces() for a later corner), so the winner is
-// max_pool2d's. One pass; corners as T, so that the loop works on one element width.
+// replacing the best so far under replaces(), so the winner is max_pool2d's. One pass; corners as
+// T, so that the loop works on one element width.
 template <typename T>
 void pool_inner_row(const T* __restrict top, const T* __restrict bottom, T* __restrict out, T* __restrict corner,
                     int64_t w2, int64_t inner) {
@@ -133,7 +133,7 @@ void pool_inner_row(const T* __restrict top, const T* __restrict bottom, T* __re
       T best = top[left], at = 0;
       const T rest[3] = {top[right], bottom[left], bottom[right]};
       for (int c = 0; c < 3; ++c) {
-        const bool take = (rest[c] > best) | (rest[c] != rest[c]);
+        const bool take = replaces(rest[c], best, T(c + 1), at);
         best = take ? rest[c] : best;
         at = take ? T(c + 1) : at;
       }
