@@ -1,61 +1,102 @@
 #!/usr/bin/env bash
 # Copies what a sweep has finished to another folder, without checkpoints or locks: the index
-# (sweep.h5) and the log and output of every trial it lists as done or failed. For a sweep that
-# outlives its machine: harvest into a repository, and later continue the copy with the same
-# `fax-run sweep EXPERIMENT.yaml -o COPY` (its cut-off trials start again from round 0).
+# (sweep.h5), the log and output of every done trial, and the output (the error) of every failed
+# one. For a sweep that outlives its machine: harvest into a repository, and later continue the
+# copy with the same `fax-run sweep EXPERIMENT.yaml -o COPY` (its cut-off trials start again from
+# round 0, and --retry-failed runs a failed one again from round 0).
 #
 #   scripts/sweep-harvest.sh SWEEP_DIR DEST_DIR
 #
-# Safe while the sweep runs: the index is read once (fax-run replaces it whole), only the trials
-# it lists as ended are taken (their files no longer change), and the index goes last, so DEST
-# never lists a trial whose log is missing. Each file is copied beside its target and renamed.
+# Safe while the sweep runs: the index is read once (fax-run replaces it whole) and only the trials
+# it lists as ended are taken. Every file is copied beside its target, compared with its source,
+# fsynced, and renamed only once all are; the index goes last. DEST must be new or hold an earlier
+# harvest of the same sweep (refused otherwise: other trials or --set, or a trial done there that
+# is not done in SWEEP_DIR); files of trials the index does not list as ended are removed from it.
 # Needs Python with h5py (PYTHON, default /usr/bin/python3: Debian's, which has it).
 set -euo pipefail
 
+die() { echo "$0: $*" >&2; exit 1; }
 if [[ $# -ne 2 || ! -f $1/sweep.h5 ]]; then
   echo "usage: $0 SWEEP_DIR DEST_DIR (SWEEP_DIR must hold sweep.h5)" >&2
   exit 2
 fi
 src=$1 dst=$2
 python=${PYTHON:-/usr/bin/python3}
-mkdir -p "$dst"
-[[ $(cd "$src" && pwd -P) != $(cd "$dst" && pwd -P) ]] || { echo "$0: $src and $dst are one folder" >&2; exit 2; }
+mkdir -p -- "$dst"
+[[ $(cd -- "$src" && pwd -P) != $(cd -- "$dst" && pwd -P) ]] || die "$src and $dst are one folder"
+# A sweep's own folder holds checkpoints and its lock; a harvest holds neither.
+[[ ! -e $dst/sweep.lock ]] || die "$dst is a sweep's own folder (it has sweep.lock), not a harvest"
+[[ -e $dst/sweep.h5 ]] || ! compgen -G "$dst/trial-*" > /dev/null || die "$dst holds trial files but no sweep.h5"
 
-index=$(mktemp "$dst/.sweep.h5.XXXXXX")
-trap 'rm -f "$index" "$dst"/.harvest.*' EXIT
-cp "$src/sweep.h5" "$index"
-# Refuses to mix two sweeps: a DEST index must list the same trials with the same settings.
-ended=$("$python" - "$index" "$dst/sweep.h5" <<'PY'
-import os, sys, h5py
-def trials(path):
+# Staged copies: temporary files in DEST (removed on any exit until renamed) and their names.
+tmps=() names=()
+trap 'rm -f -- "${tmps[@]}"' EXIT
+stage() {  # stage SOURCE NAME: a verified, fsynced copy of SOURCE beside DEST/NAME
+  local tmp
+  tmp=$(mktemp -- "$dst/.harvest.XXXXXX") || die "cannot create a file in $dst"
+  tmps+=("$tmp") names+=("$2")
+  cp -- "$1" "$tmp" || die "cannot copy $1 to $dst"
+  cmp -s -- "$1" "$tmp" || die "the copy of $1 differs from it"
+  chmod 644 -- "$tmp" || die "cannot write $tmp"
+  sync -- "$tmp" || die "cannot write $tmp"
+}
+
+stage "$src/sweep.h5" sweep.h5
+# The trials ("NAME STATUS" lines); refuses to mix two sweeps or to go back in time.
+ended=$("$python" - "${tmps[0]}" "$dst/sweep.h5" <<'PY'
+import os, re, sys, h5py
+def read(path):
     with h5py.File(path, "r") as f:
-        return list(f["trials/name"][()]), list(f["trials/overrides"][()])
-if os.path.exists(sys.argv[2]) and trials(sys.argv[1]) != trials(sys.argv[2]):
-    sys.exit(f"{sys.argv[2]} indexes another sweep (other trials or settings); harvest into a new folder")
-with h5py.File(sys.argv[1], "r") as f:
-    for name, status in zip(f["trials/name"][()], f["trials/status"][()]):
-        if status in (b"done", b"failed"):
-            print(name.decode(), status.decode())
+        names = [n.decode() for n in f["trials/name"][()]]
+        status = [s.decode() for s in f["trials/status"][()]]
+        # What fax-run sweep holds fixed on resume (the experiment's text may change in comments).
+        settings = (f["sweep/base"][()], names, list(f["trials/overrides"][()]))
+    for n, s in zip(names, status):
+        if not re.fullmatch(r"trial-[0-9]{4,}", n) or s not in ("pending", "running", "done", "failed"):
+            sys.exit(f"{path}: not a sweep index (trial '{n}', status '{s}')")
+    return settings, dict(zip(names, status))
+new, status = read(sys.argv[1])
+if os.path.exists(sys.argv[2]):
+    old, before = read(sys.argv[2])
+    if old != new:
+        sys.exit(f"{sys.argv[2]} indexes another sweep (other --set or trials); harvest into a new folder")
+    back = [n for n, s in before.items() if s == "done" and status[n] != "done"]
+    if back:
+        sys.exit(f"{sys.argv[2]} is ahead of the sweep: {back[0]} is done there, not in it")
+for n, s in status.items():
+    if s in ("done", "failed"):
+        print(n, s)
 PY
-)
+) || exit 1
 
-# A done trial has its log; a failed one may have failed before writing any.
-copied=0 count=0
+# A done trial: its log and its output. A failed one: its output (the error) where it wrote any;
+# its log is left out, as it links checkpoints the harvest does not take.
+keep=() n_done=0 n_failed=0
 while read -r trial status; do
-  [[ -n $trial ]] || continue
-  count=$((count + 1))
-  for file in "$trial.h5" "$trial.log"; do
+  case $status in
+    done) files=("$trial.h5" "$trial.log") n_done=$((n_done + 1)) ;;
+    failed) files=("$trial.log") n_failed=$((n_failed + 1)) ;;
+    *) continue ;;
+  esac
+  for file in "${files[@]}"; do
     if [[ ! -f $src/$file ]]; then
-      [[ $status == failed || $file == *.log ]] && continue
-      echo "$0: $src/$file is missing, yet the index says $trial is done" >&2
-      exit 1
+      [[ $file == *.log ]] && continue
+      die "$src/$file is missing, yet the index says $trial is done"
     fi
-    if ! cmp -s "$src/$file" "$dst/$file"; then
-      tmp=$(mktemp "$dst/.harvest.XXXXXX")
-      cp "$src/$file" "$tmp" && sync "$tmp" && mv "$tmp" "$dst/$file"
-      copied=$((copied + 1))
-    fi
+    keep+=("$file")
+    cmp -s -- "$src/$file" "$dst/$file" || stage "$src/$file" "$file"
   done
 done <<< "$ended"
-sync "$index" && mv "$index" "$dst/sweep.h5"
-echo "sweep-harvest: $count trials ended in $src; $copied files copied to $dst"
+
+# The trials' files, then the index.
+for ((i = ${#tmps[@]} - 1; i >= 0; i--)); do
+  mv -- "${tmps[i]}" "$dst/${names[i]}" || die "cannot rename into $dst"
+done
+tmps=()
+# What an interrupted earlier harvest or a retried failed trial left behind.
+for f in "$dst"/trial-*; do
+  [[ -e $f ]] || continue
+  printf '%s\n' "${keep[@]}" | grep -qxF -- "${f##*/}" || rm -rf -- "$f"
+done
+sync -- "$dst"
+echo "sweep-harvest: $n_done done and $n_failed failed trials in $src; $((${#names[@]} - 1)) files copied to $dst"

@@ -1185,7 +1185,8 @@ PY
     PYTHON="$PYTHON" run_expect 0 "" -- "$FAX_SOURCE_DIR/scripts/sweep-harvest.sh" "$dir" "$harvest"
     expected=$(for t in $finished; do echo "$t.h5"; echo "$t.log"; done; echo sweep.h5)
     [[ $(ls -A "$harvest" | sort) == $(echo "$expected" | sort) ]] || fail "harvest holds: $(ls -A "$harvest")"
-    cmp -s "$dir/sweep.h5" "$harvest/sweep.h5" || fail "the harvested index differs"
+    for f in $expected; do cmp -s "$dir/$f" "$harvest/$f" || fail "the harvested $f differs"; done
+    rm -rf "$WORK/early.sweep" && cp -r "$harvest" "$WORK/early.sweep"
     run_expect 0 "" -- "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$dir" --executors 2
     grep -q "resuming: $(echo "$finished" | wc -w) done" "$WORK/stdout" || fail "no resume line: $(cat "$WORK/stdout")"
     for t in $finished; do
@@ -1245,19 +1246,37 @@ with h5py.File(sys.argv[1]) as a, h5py.File(sys.argv[2]) as b:
     for m in ("eval/accuracy", "eval/loss", "train/loss"):
         assert np.array_equal(a["trials/final/" + m][()], b["trials/final/" + m][()]), m
 PY
-    # Two sweeps are not mixed: a folder indexing other settings is refused, and left as it was.
-    "$PYTHON" - "$harvest/sweep.h5" <<'PY'
+    # Harvested again, finished: a second harvest of it copies nothing. Refused, each leaving the
+    # folder as it was: a sweep's own folder (the continued one), an older harvest over a newer one,
+    # a folder that indexes other settings.
+    harvest_to() { PYTHON="$PYTHON" run_expect "$1" "$2" -- "$FAX_SOURCE_DIR/scripts/sweep-harvest.sh" "$3" "$4"; }
+    second="$WORK/second.sweep"
+    rm -rf "$second"
+    harvest_to 0 "" "$dir" "$second"
+    grep -qx "sweep-harvest: 8 done and 0 failed trials in $dir; 16 files copied to $second" "$WORK/stdout" \
+      || fail "harvest: $(cat "$WORK/stdout")"
+    mkdir "$second/trial-0001.h5.checkpoints"
+    harvest_to 0 "" "$dir" "$second"
+    grep -q "; 0 files copied to" "$WORK/stdout" && [[ ! -e $second/trial-0001.h5.checkpoints ]] \
+      || fail "harvest again: $(cat "$WORK/stdout"); $(ls "$second")"
+    harvest_to 1 "harvest\.sweep is a sweep's own folder \(it has sweep\.lock\), not a harvest" "$dir" "$harvest"
+    "$PYTHON" - "$second/sweep.h5" <<'PY'
 import sys, h5py
 with h5py.File(sys.argv[1], "r+") as f:
     o = f["trials/overrides"][()]
     o[0] = o[0].replace(b"0.01", b"0.02")
     f["trials/overrides"][...] = o
 PY
-    sha=$(sha256sum < "$harvest/sweep.h5")
-    PYTHON="$PYTHON" run_expect 1 "indexes another sweep \(other trials or settings\); harvest into a new folder" -- \
-      "$FAX_SOURCE_DIR/scripts/sweep-harvest.sh" "$dir" "$harvest"
-    [[ $(sha256sum < "$harvest/sweep.h5") == "$sha" && -z $(ls -A "$harvest" | grep "^\.") ]] \
-      || fail "a refused harvest changed $harvest"
+    state=$(cd "$second" && ls -A && sha256sum ./*)
+    harvest_to 1 "second\.sweep/sweep\.h5 indexes another sweep \(other --set or trials\); harvest into a new folder" \
+      "$dir" "$second"
+    [[ $(cd "$second" && ls -A && sha256sum ./*) == "$state" ]] || fail "a refused harvest changed $second"
+    rm -rf "$second"
+    harvest_to 0 "" "$dir" "$second"
+    state=$(cd "$second" && ls -A && sha256sum ./*)
+    harvest_to 1 "second\.sweep/sweep\.h5 is ahead of the sweep: trial-[0-9]{4} is done there, not in it" \
+      "$WORK/early.sweep" "$second"
+    [[ $(cd "$second" && ls -A && sha256sum ./*) == "$state" ]] || fail "a refused harvest changed $second"
     [[ -n $cut ]] || cut=trial-0008
     overrides=$("$PYTHON" - "$dir/sweep.h5" "$cut" <<'PY'
 import sys, h5py
@@ -1400,6 +1419,16 @@ PY
     run_expect 2 "^fax-run: 1 of 2 trials failed" -- "$FAX_RUN" sweep "$experiment" -o "$WORK/fails" --set rounds=3 \
       --grid cohort.size=5,1000
     grep -q "resuming: 1 done, 0 to run" "$WORK/stdout" || fail "failed trial rerun: $(cat "$WORK/stdout")"
+    # Harvested: the done trial's log and output, the failed one's output alone (not a log, such as a
+    # trial that diverged leaves, since it links checkpoints the harvest does not take).
+    rm -rf "$WORK/fails.harvest"
+    cp "$WORK/fails/trial-0001.h5" "$WORK/fails/trial-0002.h5"
+    PYTHON="$PYTHON" run_expect 0 "" -- "$FAX_SOURCE_DIR/scripts/sweep-harvest.sh" "$WORK/fails" "$WORK/fails.harvest"
+    grep -qx "sweep-harvest: 1 done and 1 failed trials in $WORK/fails; 3 files copied to $WORK/fails.harvest" \
+      "$WORK/stdout" || fail "harvest: $(cat "$WORK/stdout")"
+    [[ $(ls "$WORK/fails.harvest" | tr '\n' ' ') == "sweep.h5 trial-0001.h5 trial-0001.log trial-0002.log " ]] \
+      || fail "harvest holds: $(ls "$WORK/fails.harvest")"
+    rm "$WORK/fails/trial-0002.h5"
     # Another grid in the same directory is refused.
     run_expect 2 "fails/sweep\.h5: holds a sweep of another experiment, --set or trial list" -- \
       "$FAX_RUN" sweep "$experiment" -o "$WORK/fails" --set rounds=3 --grid cohort.size=5,6
