@@ -1182,7 +1182,7 @@ PY
     # the finished trials' logs, no checkpoint, lock or cut-off trial; continued below.
     harvest="$WORK/harvest.sweep"
     rm -rf "$harvest"
-    PYTHON="$PYTHON" run_expect 0 "" -- "$FAX_SOURCE_DIR/scripts/sweep-harvest.sh" "$dir" "$harvest"
+    harvest_to 0 "" "$dir" "$harvest"
     expected=$(for t in $finished; do echo "$t.h5"; echo "$t.log"; done; echo sweep.h5)
     [[ $(ls -A "$harvest" | sort) == $(echo "$expected" | sort) ]] || fail "harvest holds: $(ls -A "$harvest")"
     for f in $expected; do cmp -s "$dir/$f" "$harvest/$f" || fail "the harvested $f differs"; done
@@ -1249,7 +1249,6 @@ PY
     # Harvested again, finished: a second harvest of it copies nothing. Refused, each leaving the
     # folder as it was: a sweep's own folder (the continued one), an older harvest over a newer one,
     # a folder that indexes other settings.
-    harvest_to() { PYTHON="$PYTHON" run_expect "$1" "$2" -- "$FAX_SOURCE_DIR/scripts/sweep-harvest.sh" "$3" "$4"; }
     second="$WORK/second.sweep"
     rm -rf "$second"
     harvest_to 0 "" "$dir" "$second"
@@ -1423,7 +1422,7 @@ PY
     # trial that diverged leaves, since it links checkpoints the harvest does not take).
     rm -rf "$WORK/fails.harvest"
     cp "$WORK/fails/trial-0001.h5" "$WORK/fails/trial-0002.h5"
-    PYTHON="$PYTHON" run_expect 0 "" -- "$FAX_SOURCE_DIR/scripts/sweep-harvest.sh" "$WORK/fails" "$WORK/fails.harvest"
+    harvest_to 0 "" "$WORK/fails" "$WORK/fails.harvest"
     grep -qx "sweep-harvest: 1 done and 1 failed trials in $WORK/fails; 3 files copied to $WORK/fails.harvest" \
       "$WORK/stdout" || fail "harvest: $(cat "$WORK/stdout")"
     [[ $(ls "$WORK/fails.harvest" | tr '\n' ' ') == "sweep.h5 trial-0001.h5 trial-0001.log trial-0002.log " ]] \

@@ -22,6 +22,9 @@ mkdir -p "$WORK"
 
 write() { cat > "$WORK/$1"; }
 
+# harvest_to <exit code> <stderr regex> SWEEP_DIR DEST_DIR: scripts/sweep-harvest.sh, as run_expect.
+harvest_to() { PYTHON="$PYTHON" run_expect "$1" "$2" -- "$FAX_SOURCE_DIR/scripts/sweep-harvest.sh" "$3" "$4"; }
+
 # Remote workers: where their allreduces go (the cases remote_* run once per backend: ctest sets
 # FAX_COLLECTIVES), a free loopback port, workers in the background (their pids in $workers),
 # waiting for a line in a log.
