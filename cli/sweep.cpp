@@ -1,8 +1,8 @@
 // fax-run sweep: trials of an experiment as child fax-run processes, a sweep index, a summary.
 //
-// Each trial is `fax-run run` (or `fax-run resume`, for a trial an interrupted sweep left behind)
-// in its own process, writing <dir>/<trial>.h5 with its output in <dir>/<trial>.log: a trial that
-// crashes or diverges fails alone. The sweep holds <dir>/sweep.lock; the children inherit the
+// Each trial is `fax-run run` (or `fax-run resume --or-restart`, for a trial an interrupted sweep
+// left behind) in its own process, writing <dir>/<trial>.h5 with its output in <dir>/<trial>.log:
+// a trial that crashes or diverges fails alone. The sweep holds <dir>/sweep.lock; the children inherit the
 // lock, so a sweep resumed after a kill -9 waits until the old trials (stopped by their parent's
 // death signal, checkpointed) have let go of the directory.
 
@@ -393,8 +393,9 @@ int sweep_command(const SweepOptions& options) {
     for (const auto& d : options.plugin_dirs) args.insert(args.end(), {"--plugin-dir", d});
     return args;
   };
+  // --or-restart: a log whose checkpoints did not come with it (a harvested sweep) starts again.
   auto resume_args = [&](size_t i) {
-    std::vector<std::string> args = {"resume", trial_path(index.trials[i].name, ".h5"), "-q"};
+    std::vector<std::string> args = {"resume", trial_path(index.trials[i].name, ".h5"), "-q", "--or-restart"};
     for (const auto& d : options.plugin_dirs) args.insert(args.end(), {"--plugin-dir", d});
     return args;
   };

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Copies what a sweep has finished to another folder, without checkpoints or locks: the index
-# (sweep.h5), the log and output of every done trial, and the output (the error) of every failed
-# one. For a sweep that outlives its machine: harvest into a repository, and later continue the
-# copy with the same `fax-run sweep EXPERIMENT.yaml -o COPY` (its cut-off trials start again from
-# round 0, and --retry-failed runs a failed one again from round 0).
+# (sweep.h5) and the log and output of every done or failed trial. For a sweep that outlives its
+# machine: harvest into a repository, and later continue the copy with the same
+# `fax-run sweep EXPERIMENT.yaml -o COPY` (its cut-off trials start again from round 0, and
+# --retry-failed runs a failed one again from round 0, as their checkpoints stayed behind).
 #
 #   scripts/sweep-harvest.sh SWEEP_DIR DEST_DIR
 #
@@ -69,18 +69,18 @@ for n, s in status.items():
 PY
 ) || exit 1
 
-# A done trial: its log and its output. A failed one: its output (the error) where it wrote any;
-# its log is left out, as it links checkpoints the harvest does not take.
+# A done trial's log and output; a failed one's where it wrote them (its log up to the failure, its
+# output with the error).
 keep=() n_done=0 n_failed=0
 while read -r trial status; do
   case $status in
-    done) files=("$trial.h5" "$trial.log") n_done=$((n_done + 1)) ;;
-    failed) files=("$trial.log") n_failed=$((n_failed + 1)) ;;
+    done) n_done=$((n_done + 1)) ;;
+    failed) n_failed=$((n_failed + 1)) ;;
     *) continue ;;
   esac
-  for file in "${files[@]}"; do
+  for file in "$trial.h5" "$trial.log"; do
     if [[ ! -f $src/$file ]]; then
-      [[ $file == *.log ]] && continue
+      [[ $file == *.log || $status == failed ]] && continue
       die "$src/$file is missing, yet the index says $trial is done"
     fi
     keep+=("$file")

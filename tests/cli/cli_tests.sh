@@ -1235,9 +1235,32 @@ PY
       "$FAX_RUN" table "$dir" --rows algorithm.client_lr --cols algorithm.server_lr --where algorithm.server_lr=9
     run_expect 2 "--where algorithm\.server_lr: expected KEY=VALUE" -- \
       "$FAX_RUN" table "$dir" --rows algorithm.client_lr --cols algorithm.server_lr --where algorithm.server_lr
-    # The harvest continues elsewhere with the same command: its cut-off trial starts again, and
-    # every trial ends as in the sweep that resumed from checkpoints.
+    [[ -n $cut ]] || cut=trial-0008
+    overrides=$("$PYTHON" - "$dir/sweep.h5" "$cut" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1]) as f:
+    names = [n.decode() for n in f["trials/name"][()]]
+    print(" ".join("--set " + o for o in f["trials/overrides"][()][names.index(sys.argv[2])].decode().split("\n")))
+PY
+)
+    rm -rf "$WORK/alone" && mkdir "$WORK/alone"
+    # shellcheck disable=SC2086
+    run_expect 0 "" -- "$FAX_RUN" run "$WORK/sweep.yaml" -q -o "$WORK/alone/$cut.h5" $overrides
+    # A log whose checkpoints stayed behind: plain resume refuses it, --or-restart runs it again
+    # from round 0 into the same log, bit-identical (compared below).
+    rm -rf "$WORK/moved" && mkdir "$WORK/moved" && cp "$WORK/alone/$cut.h5" "$WORK/moved/"
+    run_expect 2 "moved/$cut\.h5: the checkpoint of round 40 is missing: no regular file" -- \
+      "$FAX_RUN" resume "$WORK/moved/$cut.h5" -q
+    cmp -s "$WORK/alone/$cut.h5" "$WORK/moved/$cut.h5" || fail "a refused resume changed the log"
+    run_expect 0 "" -- "$FAX_RUN" resume "$WORK/moved/$cut.h5" -q --or-restart
+    grep -q "the checkpoint of round 40 is missing: .*; running it again from round 0 (--or-restart)" "$WORK/stderr" \
+      || fail "no restart warning: $(cat "$WORK/stderr")"
+    # The harvest continues elsewhere with the same command: its cut-off trial starts again (here
+    # from a log that came without its checkpoints), and every trial ends as in the sweep that
+    # resumed from checkpoints.
+    cp "$WORK/alone/$cut.h5" "$harvest/"
     run_expect 0 "" -- "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$harvest" --executors 2
+    grep -q "running it again from round 0 (--or-restart)" "$harvest/$cut.log" || fail "$cut: $(cat "$harvest/$cut.log")"
     grep -q "resuming: $(echo "$finished" | wc -w) done" "$WORK/stdout" || fail "harvest: $(cat "$WORK/stdout")"
     "$PYTHON" - "$dir/sweep.h5" "$harvest/sweep.h5" <<'PY' || fail "the continued harvest ends otherwise"
 import sys, h5py, numpy as np
@@ -1276,25 +1299,18 @@ PY
     harvest_to 1 "second\.sweep/sweep\.h5 is ahead of the sweep: trial-[0-9]{4} is done there, not in it" \
       "$WORK/early.sweep" "$second"
     [[ $(cd "$second" && ls -A && sha256sum ./*) == "$state" ]] || fail "a refused harvest changed $second"
-    [[ -n $cut ]] || cut=trial-0008
-    overrides=$("$PYTHON" - "$dir/sweep.h5" "$cut" <<'PY'
-import sys, h5py
-with h5py.File(sys.argv[1]) as f:
-    names = [n.decode() for n in f["trials/name"][()]]
-    print(" ".join("--set " + o for o in f["trials/overrides"][()][names.index(sys.argv[2])].decode().split("\n")))
-PY
-)
-    # shellcheck disable=SC2086
-    run_expect 0 "" -- "$FAX_RUN" run "$WORK/sweep.yaml" -q -o "$WORK/alone.h5" $overrides
-    "$PYTHON" - "$dir/$cut.h5" "$WORK/alone.h5" <<'PY' || fail "$cut differs from the same run made alone"
+    "$PYTHON" - "$dir/$cut.h5" "$WORK/alone/$cut.h5" "$WORK/moved/$cut.h5" <<'PY' \
+      || fail "$cut differs from the same run made alone or restarted"
 import sys, h5py, numpy as np
-a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+a = h5py.File(sys.argv[1])
 names = []
 a["metrics"].visit(lambda n: names.append(n) if isinstance(a["metrics"][n], h5py.Dataset) else None)
 names = [n for n in names if not n.startswith("time/")]
 assert "eval/accuracy" in names and len(a["metrics/round"]) == 40
-for n in names:
-    assert np.array_equal(a["metrics"][n][()], b["metrics"][n][()], equal_nan=True), n
+for other in sys.argv[2:]:
+    b = h5py.File(other)
+    for n in names:
+        assert np.array_equal(a["metrics"][n][()], b["metrics"][n][()], equal_nan=True), (other, n)
 PY
     run_expect 0 "" -- "$FAX_RUN" inspect "$dir/sweep.h5"
     grep -q "^best trial: $best " "$WORK/stdout" && grep -q "8 done" "$WORK/stdout" || fail "inspect: $(cat "$WORK/stdout")"
@@ -1418,15 +1434,19 @@ PY
     run_expect 2 "^fax-run: 1 of 2 trials failed" -- "$FAX_RUN" sweep "$experiment" -o "$WORK/fails" --set rounds=3 \
       --grid cohort.size=5,1000
     grep -q "resuming: 1 done, 0 to run" "$WORK/stdout" || fail "failed trial rerun: $(cat "$WORK/stdout")"
-    # Harvested: the done trial's log and output, the failed one's output alone (not a log, such as a
-    # trial that diverged leaves, since it links checkpoints the harvest does not take).
+    # Harvested: the done trial's log and output, the failed one's output, and its log where it
+    # left one (such as a trial that diverged leaves; here a stand-in).
     rm -rf "$WORK/fails.harvest"
-    cp "$WORK/fails/trial-0001.h5" "$WORK/fails/trial-0002.h5"
     harvest_to 0 "" "$WORK/fails" "$WORK/fails.harvest"
     grep -qx "sweep-harvest: 1 done and 1 failed trials in $WORK/fails; 3 files copied to $WORK/fails.harvest" \
       "$WORK/stdout" || fail "harvest: $(cat "$WORK/stdout")"
-    [[ $(ls "$WORK/fails.harvest" | tr '\n' ' ') == "sweep.h5 trial-0001.h5 trial-0001.log trial-0002.log " ]] \
+    cp "$WORK/fails/trial-0001.h5" "$WORK/fails/trial-0002.h5"
+    harvest_to 0 "" "$WORK/fails" "$WORK/fails.harvest"
+    grep -qx "sweep-harvest: 1 done and 1 failed trials in $WORK/fails; 1 files copied to $WORK/fails.harvest" \
+      "$WORK/stdout" || fail "harvest: $(cat "$WORK/stdout")"
+    [[ $(ls "$WORK/fails.harvest" | tr '\n' ' ') == "sweep.h5 trial-0001.h5 trial-0001.log trial-0002.h5 trial-0002.log " ]] \
       || fail "harvest holds: $(ls "$WORK/fails.harvest")"
+    cmp -s "$WORK/fails/trial-0002.h5" "$WORK/fails.harvest/trial-0002.h5" || fail "the harvested trial-0002.h5 differs"
     rm "$WORK/fails/trial-0002.h5"
     # Another grid in the same directory is refused.
     run_expect 2 "fails/sweep\.h5: holds a sweep of another experiment, --set or trial list" -- \
