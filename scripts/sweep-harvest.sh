@@ -43,21 +43,26 @@ stage() {  # stage SOURCE NAME: a verified, fsynced copy of SOURCE beside DEST/N
 
 stage "$src/sweep.h5" sweep.h5
 # The trials ("NAME STATUS" lines); refuses to mix two sweeps or to go back in time.
-ended=$("$python" - "${tmps[0]}" "$dst/sweep.h5" <<'PY'
+ended=$("$python" - "${tmps[0]}" "$dst/sweep.h5" "$src/sweep.h5" <<'PY'
 import os, re, sys, h5py
-def read(path):
-    with h5py.File(path, "r") as f:
-        names = [n.decode() for n in f["trials/name"][()]]
-        status = [s.decode() for s in f["trials/status"][()]]
-        # What fax-run sweep holds fixed on resume (the experiment's text may change in comments).
-        settings = (f["sweep/base"][()], names, list(f["trials/overrides"][()]))
+def read(path, shown):
+    try:
+        with h5py.File(path, "r") as f:
+            names = [n.decode() for n in f["trials/name"][()]]
+            status = [s.decode() for s in f["trials/status"][()]]
+            # What fax-run sweep holds fixed on resume (the experiment's text may change in comments).
+            settings = (f["sweep/base"][()], names, list(f["trials/overrides"][()]))
+    except (OSError, KeyError, AttributeError, TypeError) as e:
+        sys.exit(f"{shown}: not a readable sweep index ({e})")
+    if len(names) != len(status):
+        sys.exit(f"{shown}: not a sweep index ({len(names)} trial names, {len(status)} statuses)")
     for n, s in zip(names, status):
         if not re.fullmatch(r"trial-[0-9]{4,}", n) or s not in ("pending", "running", "done", "failed"):
-            sys.exit(f"{path}: not a sweep index (trial '{n}', status '{s}')")
+            sys.exit(f"{shown}: not a sweep index (trial '{n}', status '{s}')")
     return settings, dict(zip(names, status))
-new, status = read(sys.argv[1])
+new, status = read(sys.argv[1], sys.argv[3])
 if os.path.exists(sys.argv[2]):
-    old, before = read(sys.argv[2])
+    old, before = read(sys.argv[2], sys.argv[2])
     if old != new:
         sys.exit(f"{sys.argv[2]} indexes another sweep (other --set or trials); harvest into a new folder")
     back = [n for n, s in before.items() if s == "done" and status[n] != "done"]

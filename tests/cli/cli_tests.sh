@@ -1447,6 +1447,16 @@ PY
     [[ $(ls "$WORK/fails.harvest" | tr '\n' ' ') == "sweep.h5 trial-0001.h5 trial-0001.log trial-0002.h5 trial-0002.log " ]] \
       || fail "harvest holds: $(ls "$WORK/fails.harvest")"
     cmp -s "$WORK/fails/trial-0002.h5" "$WORK/fails.harvest/trial-0002.h5" || fail "the harvested trial-0002.h5 differs"
+    # An index cut short, the sweep's or the harvest's: one line naming it, the harvest as it was.
+    state=$(cd "$WORK/fails.harvest" && ls -A && sha256sum ./*)
+    rm -rf "$WORK/cut" && mkdir "$WORK/cut" && head -c 2000 "$WORK/fails/sweep.h5" > "$WORK/cut/sweep.h5"
+    harvest_to 1 "^$WORK/cut/sweep\.h5: not a readable sweep index \(" "$WORK/cut" "$WORK/fails.harvest"
+    [[ $(cd "$WORK/fails.harvest" && ls -A && sha256sum ./*) == "$state" ]] || fail "a refused harvest changed it"
+    cp "$WORK/fails.harvest/sweep.h5" "$WORK/whole.h5"
+    head -c 2000 "$WORK/whole.h5" > "$WORK/fails.harvest/sweep.h5"
+    state=$(cd "$WORK/fails.harvest" && ls -A && sha256sum ./*)
+    harvest_to 1 "^$WORK/fails\.harvest/sweep\.h5: not a readable sweep index \(" "$WORK/fails" "$WORK/fails.harvest"
+    [[ $(cd "$WORK/fails.harvest" && ls -A && sha256sum ./*) == "$state" ]] || fail "a refused harvest changed it"
     rm "$WORK/fails/trial-0002.h5"
     # Another grid in the same directory is refused.
     run_expect 2 "fails/sweep\.h5: holds a sweep of another experiment, --set or trial list" -- \
