@@ -95,6 +95,7 @@ struct TableOptions {
   std::vector<std::string> metrics;  ///< a sweep's: at most one (empty: the sweep's); run logs': the columns
   std::vector<std::string> where;    ///< a sweep's trials to keep, KEY=VALUE
   double scale = 1.0;
+  bool minutes = false;  ///< a sweep's cells: its trials' wall time, not the metric
 };
 
 struct BenchOptions {

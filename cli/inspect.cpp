@@ -115,8 +115,11 @@ int table_command(const TableOptions& options) {
   const std::string path =
       std::filesystem::is_directory(first) ? (std::filesystem::path(first) / "sweep.h5").string() : first;
   if (!SweepIndex::is_index(path)) {
-    FAX_CHECK(options.rows.empty() && options.cols.empty() && options.where.empty() && options.scale == 1.0,
-              "{}: --rows, --cols, --where and --scale are for a sweep; a table of run logs takes --metric columns", first);
+    FAX_CHECK(options.rows.empty() && options.cols.empty() && options.where.empty() && options.scale == 1.0 &&
+                  !options.minutes,
+              "{}: --rows, --cols, --where, --scale and --minutes are for a sweep; a table of run logs takes --metric "
+              "columns",
+              first);
     const std::vector<std::string> columns = options.metrics.empty() ? std::vector<std::string>{"eval/accuracy%"} : options.metrics;
     std::printf("%s", runs_table(options.inputs, columns).c_str());
     return 0;
@@ -124,6 +127,7 @@ int table_command(const TableOptions& options) {
   FAX_CHECK(options.inputs.size() == 1, "{}: a table shows one sweep (or run logs only)", path);
   FAX_CHECK(!options.rows.empty() && !options.cols.empty(), "{}: a sweep's table needs --rows and --cols", path);
   FAX_CHECK(options.metrics.size() <= 1, "{}: a sweep's table shows one --metric", path);
+  FAX_CHECK(!options.minutes || options.scale == 1.0, "{}: --minutes shows minutes; it takes no --scale", path);
   SweepIndex index = select_trials(SweepIndex::read(path), options.where);
   if (!options.metrics.empty()) {
     SweepSpec spec;
@@ -131,7 +135,7 @@ int table_command(const TableOptions& options) {
     index.metric = spec.metric;
     index.maximize = spec.maximize;
   }
-  std::printf("%s", sweep_table(index, options.rows, options.cols, options.scale).c_str());
+  std::printf("%s", sweep_table(index, options.rows, options.cols, options.scale, options.minutes).c_str());
   return 0;
 }
 
@@ -153,6 +157,9 @@ Subcommand add_table_subcommand(CLI::App& app) {
   cmd->add_option("--where", o->where, "a sweep: only trials with this setting, e.g. algorithm.name=fedavg; repeatable")
       ->type_name("KEY=VALUE");
   cmd->add_option("--scale", o->scale, "a sweep: multiply values by this (100: percent)");
+  cmd->add_flag("--minutes", o->minutes,
+                "a sweep: each cell shows the wall time in minutes of the trials of the setting the metric picks "
+                "(mean +- std over seeds): what the cell cost");
   return {cmd, [o] { return table_command(*o); }};
 }
 

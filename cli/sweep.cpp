@@ -157,6 +157,17 @@ void print_sweep_summary(const SweepIndex& index, const std::string& path, size_
               index.metric.c_str(), index.maximize ? "max" : "min",
               index.average_last > 1 ? fmt::format("the mean of its last {} logged values", index.average_last).c_str()
                                      : "its last logged value");
+  // Trials run one to a process; their wall times add up to what the sweep cost, cut-off attempts
+  // included.
+  double total = 0, done = 0;
+  for (const auto& t : index.trials) {
+    total += t.seconds;
+    if (t.status == "done") done += t.seconds;
+  }
+  if (counts["done"] > 0) {
+    std::printf("time: %s of trial runs; a done trial %s on average\n", format_duration(total).c_str(),
+                format_duration(done / counts["done"]).c_str());
+  }
   const int64_t best = best_trial(index);
   const std::string dir = fs::path(path).parent_path().string();
   if (best < 0) {

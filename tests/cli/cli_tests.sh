@@ -1222,6 +1222,24 @@ for row, lr in zip(lines[2:], ["0.01", "0.05"]):
                   if f"algorithm.client_lr={lr}" in o.split("\n") and f"algorithm.server_lr={server}" in o.split("\n")]
         assert len(values) == 2 and cell == f"{100 * np.mean(values):.1f} ± {100 * np.std(values, ddof=1):.1f}", (cell, values)
 PY
+    # --minutes: the same cells as the trials' wall time in minutes, from the index's seconds.
+    run_expect 0 "" -- "$FAX_RUN" table "$dir" --rows algorithm.client_lr --cols algorithm.server_lr --minutes
+    "$PYTHON" - "$dir/sweep.h5" "$WORK/stdout" <<'PY' || fail "table --minutes: $(cat "$WORK/stdout")"
+import sys, h5py, numpy as np
+lines = open(sys.argv[2]).read().splitlines()
+with h5py.File(sys.argv[1]) as f:
+    minutes = f["trials/seconds"][()] / 60
+    overrides = [o.decode() for o in f["trials/overrides"][()]]
+assert len(lines) == 4 and all(m > 0 for m in minutes), (lines, minutes)
+for row, lr in zip(lines[2:], ["0.01", "0.05"]):
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    for cell, server in zip(cells[1:], ["0.5", "1.0"]):
+        values = [m for m, o in zip(minutes, overrides)
+                  if f"algorithm.client_lr={lr}" in o.split("\n") and f"algorithm.server_lr={server}" in o.split("\n")]
+        assert cell == f"{np.mean(values):.1f} ± {np.std(values, ddof=1):.1f}", (cell, values)
+PY
+    run_expect 2 "sweep\.sweep/sweep\.h5: --minutes shows minutes; it takes no --scale" -- \
+      "$FAX_RUN" table "$dir" --rows algorithm.client_lr --cols algorithm.server_lr --minutes --scale 100
     # --where keeps the trials with a setting: the server lr 1.0 column alone, the same cells.
     full=$("$FAX_RUN" table "$dir" --rows algorithm.client_lr --cols algorithm.server_lr --scale 100)
     run_expect 0 "" -- "$FAX_RUN" table "$dir" --rows algorithm.client_lr --cols algorithm.server_lr --scale 100 \
@@ -1314,6 +1332,8 @@ for other in sys.argv[2:]:
 PY
     run_expect 0 "" -- "$FAX_RUN" inspect "$dir/sweep.h5"
     grep -q "^best trial: $best " "$WORK/stdout" && grep -q "8 done" "$WORK/stdout" || fail "inspect: $(cat "$WORK/stdout")"
+    grep -Eq "^time: [0-9.]+ (s|min [0-9]+ s) of trial runs; a done trial [0-9.]+ s on average$" "$WORK/stdout" \
+      || fail "inspect: $(cat "$WORK/stdout")"
     # Ranked again by another window and metric: nothing reruns, the index follows.
     sed -i 's/^  seeds: \[0, 1\]$/  seeds: [0, 1]\n  average_last: 2\n  metric: eval\/loss/' "$WORK/sweep.yaml"
     run_expect 0 "" -- "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$dir"
@@ -1393,7 +1413,7 @@ for line, name in zip(lines[2:], ["synthetic_fedsgd", "fmnist_fedavg"]):
 PY
     run_expect 2 "table column 'eval/accuracy@lastx': expected METRIC, METRIC@ROUND, METRIC@lastK or METRIC@OTHER>=X" -- \
       "$FAX_RUN" table "$WORK/fmnist_fedavg.h5" --metric eval/accuracy@lastx
-    run_expect 2 "fmnist_fedavg\.h5: --rows, --cols, --where and --scale are for a sweep" -- \
+    run_expect 2 "fmnist_fedavg\.h5: --rows, --cols, --where, --scale and --minutes are for a sweep" -- \
       "$FAX_RUN" table "$WORK/fmnist_fedavg.h5" --rows data
     # An HDF5 file that is neither a run log nor a sweep's index: one line naming it.
     "$PYTHON" -c 'import sys, h5py; h5py.File(sys.argv[1], "w")["x"] = [1.0]' "$WORK/other.h5"

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <sstream>
+#include <tuple>
 
 #include <ATen/ATen.h>
 #include <yaml-cpp/yaml.h>
@@ -442,17 +443,24 @@ std::vector<SettingSummary> summarize(const SweepIndex& index) {
     it->trials.push_back(i);
   }
   for (auto& s : out) {
-    double sum = 0;
-    for (size_t i : s.trials) sum += index.trials[i].value(index.metric);
-    s.mean = sum / static_cast<double>(s.trials.size());
-    double squares = 0;
-    for (size_t i : s.trials) squares += std::pow(index.trials[i].value(index.metric) - s.mean, 2);
-    s.std = s.trials.size() > 1 ? std::sqrt(squares / static_cast<double>(s.trials.size() - 1)) : 0;
+    std::vector<double> values;
+    for (size_t i : s.trials) values.push_back(index.trials[i].value(index.metric));
+    std::tie(s.mean, s.std) = mean_and_std(values);
   }
   std::stable_sort(out.begin(), out.end(), [&](const SettingSummary& a, const SettingSummary& b) {
     return index.maximize ? a.mean > b.mean : a.mean < b.mean;
   });
   return out;
+}
+
+std::pair<double, double> mean_and_std(const std::vector<double>& values) {
+  FAX_CHECK(!values.empty(), "the mean of no values");
+  double sum = 0;
+  for (double v : values) sum += v;
+  const double mean = sum / static_cast<double>(values.size());
+  double squares = 0;
+  for (double v : values) squares += std::pow(v - mean, 2);
+  return {mean, values.size() > 1 ? std::sqrt(squares / static_cast<double>(values.size() - 1)) : 0};
 }
 
 int64_t best_trial(const SweepIndex& index) {

@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include <fax/base/error.h>
 #include <fax/io/run_log.h>
@@ -105,14 +106,6 @@ double column_value(const RunLogReader& log, const std::vector<int64_t>& rounds,
   return it == rounds.end() ? none : values[static_cast<size_t>(it - rounds.begin())];
 }
 
-// "8.2 s", "1 min 44 s".
-std::string duration(double seconds) {
-  if (seconds < 60) return fmt::format("{:.1f} s", seconds);
-  const auto whole = static_cast<int64_t>(std::llround(seconds));
-  if (whole < 3600) return fmt::format("{} min {} s", whole / 60, whole % 60);
-  return fmt::format("{} h {} min", whole / 3600, (whole % 3600 + 30) / 60);
-}
-
 // Labels in order of first appearance.
 void add_once(std::vector<std::string>& order, const std::string& label) {
   if (std::find(order.begin(), order.end(), label) == order.end()) order.push_back(label);
@@ -120,7 +113,16 @@ void add_once(std::vector<std::string>& order, const std::string& label) {
 
 }  // namespace
 
-std::string sweep_table(const SweepIndex& index, const std::string& rows, const std::string& cols, double scale) {
+std::string format_duration(double seconds) {
+  if (seconds < 60) return fmt::format("{:.1f} s", seconds);
+  const auto whole = static_cast<int64_t>(std::llround(seconds));
+  if (whole < 3600) return fmt::format("{} min {} s", whole / 60, whole % 60);
+  const int64_t minutes = (whole + 30) / 60;
+  return fmt::format("{} h {} min", minutes / 60, minutes % 60);
+}
+
+std::string sweep_table(const SweepIndex& index, const std::string& rows, const std::string& cols, double scale,
+                        bool minutes) {
   FAX_CHECK(!rows.empty() && !cols.empty() && rows != cols, "a table needs two different keys for rows and columns");
   std::vector<std::string> row_order, col_order;
   for (const TrialRecord& t : index.trials) {
@@ -162,9 +164,14 @@ std::string sweep_table(const SweepIndex& index, const std::string& rows, const 
         continue;
       }
       const Cell& cell = it->second;
+      double mean = cell.best->mean * scale, spread = cell.best->std * scale;
+      if (minutes) {
+        std::vector<double> values;
+        for (size_t t : cell.best->trials) values.push_back(index.trials[t].seconds / 60);
+        std::tie(mean, spread) = mean_and_std(values);
+      }
       // One trial has no spread to show.
-      out += cell.best->trials.size() > 1 ? fmt::format(" {:.1f} ± {:.1f}", cell.best->mean * scale, cell.best->std * scale)
-                                          : fmt::format(" {:.1f}", cell.best->mean * scale);
+      out += cell.best->trials.size() > 1 ? fmt::format(" {:.1f} ± {:.1f}", mean, spread) : fmt::format(" {:.1f}", mean);
       if (cell.best->trials.size() < most) out += fmt::format(" (n={})", cell.best->trials.size());
       if (cell.settings > 1) out += fmt::format(" ({})", cell.variant);
       out += " |";
@@ -215,7 +222,7 @@ std::string runs_table(const std::vector<std::string>& logs, const std::vector<s
       for (double t : log.metric("time/round_s"))
         if (std::isfinite(t)) seconds += t;
     }
-    out += " " + duration(seconds) + " |\n";
+    out += " " + format_duration(seconds) + " |\n";
   }
   return out;
 }

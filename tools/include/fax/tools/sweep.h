@@ -143,7 +143,14 @@ int64_t best_trial(const SweepIndex& index);
 /// alone for one trial), and "(n=k)"
 /// when it has fewer seeds than the fullest cell. A cell whose trials differ in other keys (FedProx's
 /// mu) shows its best setting, tuned as the index's mode says, and names it. "-" for no result.
-std::string sweep_table(const SweepIndex& index, const std::string& rows, const std::string& cols, double scale);
+/// With `minutes`, a cell holds the wall time of that setting's trials instead, in minutes (mean +-
+/// std over seeds; `scale` is ignored): what each cell of a sweep costs.
+std::string sweep_table(const SweepIndex& index, const std::string& rows, const std::string& cols, double scale,
+                        bool minutes = false);
+/// "8.2 s", "1 min 44 s", "3 h 20 min".
+std::string format_duration(double seconds);
+/// The mean and sample standard deviation (n - 1; 0 for one value) of `values`, not empty.
+std::pair<double, double> mean_and_std(const std::vector<double>& values);
 
 /// The index with only the trials whose overrides include every `key=value` of `where`.
 SweepIndex select_trials(const SweepIndex& index, const std::vector<std::string>& where);
