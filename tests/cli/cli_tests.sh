@@ -1363,14 +1363,16 @@ PY
     grep -q "^trial-0072 algorithm.name=fedopt algorithm.server_optimizer=yogi algorithm.client_lr=0.1 algorithm.server_lr=3$" \
       "$WORK/stdout" || fail "unexpected last trial: $(tail -1 "$WORK/stdout")"
     # The non-IID tables in experiments/README.md are the ones fax-run table reads from the committed
-    # sweeps (this build's and the one before), line for line: a harvest that does not update the
-    # README fails here.
-    for sweep in fmnist fmnist-2842e2a; do
+    # sweeps (this build's and the one before; this build's cost in minutes too), line for line: a
+    # harvest that does not update the README fails here.
+    for table in "fmnist --scale 100" "fmnist-2842e2a --scale 100" "fmnist --minutes"; do
+      sweep=${table%% *}
+      # shellcheck disable=SC2086
       run_expect 0 "" -- "$FAX_RUN" table "$FAX_SOURCE_DIR/experiments/niid_bench/$sweep.sweep" --rows data \
-        --cols algorithm.name --scale 100
-      [[ $(grep -c "^| " "$WORK/stdout") -eq 6 ]] || fail "$sweep: expected a header and 5 rows: $(cat "$WORK/stdout")"
+        --cols algorithm.name ${table#* }
+      [[ $(grep -c "^| " "$WORK/stdout") -eq 6 ]] || fail "$table: expected a header and 5 rows: $(cat "$WORK/stdout")"
       while IFS= read -r line; do
-        grep -qxF -- "$line" "$FAX_SOURCE_DIR/experiments/README.md" || fail "experiments/README.md lacks $sweep's table line: $line"
+        grep -qxF -- "$line" "$FAX_SOURCE_DIR/experiments/README.md" || fail "experiments/README.md lacks the line of $table: $line"
       done < <(grep "^| " "$WORK/stdout")
     done
     ;;
