@@ -55,7 +55,6 @@ struct ResumeOptions {
   std::vector<std::string> plugin_dirs;
   bool quiet = false;
   bool force = false;  ///< resume although a safety check refuses (recorded in the log)
-  bool or_restart = false;  ///< run again from round 0 when the last checkpoint cannot be read
   RemoteFlags remote;
 };
 

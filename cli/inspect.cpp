@@ -159,7 +159,7 @@ Subcommand add_table_subcommand(CLI::App& app) {
   cmd->add_option("--scale", o->scale, "a sweep: multiply values by this (100: percent)");
   cmd->add_flag("--minutes", o->minutes,
                 "a sweep: each cell shows the wall time in minutes of the trials of the setting the metric picks "
-                "(mean +- std over seeds): what the cell cost");
+                "(mean +- std over seeds; attempts cut off included)");
   return {cmd, [o] { return table_command(*o); }};
 }
 

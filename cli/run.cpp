@@ -187,13 +187,9 @@ bool changed_identity(const std::string& log, const std::string& recorded, const
   return true;
 }
 
-// How execute starts: a new log, the log's last checkpoint, or that checkpoint where it can be read
-// and round 0 (a new log in its place) where it cannot.
-enum class Start { fresh, resume, resume_or_restart };
-
 // Runs (or continues) an experiment into the run log at `output`, which the caller has locked.
-int execute(const ExperimentSetup& setup, std::string source, const std::string& output, bool quiet, Start start,
-            bool force, const RemoteFlags& remote) {
+int execute(const ExperimentSetup& setup, const std::string& source, const std::string& output, bool quiet,
+            bool resume, bool force, const RemoteFlags& remote) {
   const Config& config = setup.config;
   // Sizes are checked before anything large is allocated: the data set's before it is loaded, the
   // model's and local training's before the first parameters exist.
@@ -214,24 +210,12 @@ int execute(const ExperimentSetup& setup, std::string source, const std::string&
   std::optional<ResumePoint> point;
   int64_t after = 0;
   bool forced = false;
-  bool resume = start != Start::fresh;
   if (resume) {
     const RunLogReader reader(output);
     const auto checkpoints = reader.checkpoint_rounds();
     after = checkpoints.empty() ? 0 : checkpoints.back();
-    try {
-      if (after > 0) point = resume_point(after, reader.checkpoint(after));
-    } catch (const Error& e) {
-      if (start != Start::resume_or_restart) throw;
-      // A log copied without its checkpoints (a harvested sweep) or one cut short: the run is
-      // deterministic, so running it again from round 0 loses nothing but time.
-      warn(fmt::format("{}; running it again from round 0 (--or-restart)", e.what()));
-      const std::string experiment = reader.env("experiment");
-      if (!experiment.empty()) source = experiment;
-      resume = false;
-      after = 0;
-    }
-    if (resume) forced = changed_identity(output, reader.env("identity"), identity, force, quiet);
+    if (after > 0) point = resume_point(after, reader.checkpoint(after));
+    forced = changed_identity(output, reader.env("identity"), identity, force, quiet);
   }
   // Checked here, before any worker is waited for (the experiment that runs needs them).
   if (point)
@@ -377,8 +361,7 @@ int run_command(const RunOptions& options) {
   check_output_path(output, inputs, "the run log");
   const FileLock lock(output, "fax-run run " + options.experiment);
   check_replaceable_run_log(output);
-  const int status =
-      execute(setup, options.experiment, output, options.quiet, Start::fresh, options.force, options.remote);
+  const int status = execute(setup, options.experiment, output, options.quiet, false, options.force, options.remote);
   return status == 0 && options.check ? check_run(expect, output, options.quiet) : status;
 }
 
@@ -390,8 +373,7 @@ int resume_command(const ResumeOptions& options) {
   // The run log holds the resolved experiment: resolving it again rebuilds the same run.
   const std::string config_text = RunLogReader(run).config();
   const ExperimentSetup setup = resolve_experiment(parse_config(config_text, run + ":/config"), loader);
-  return execute(setup, run + ":/config", run, options.quiet,
-                 options.or_restart ? Start::resume_or_restart : Start::resume, options.force, options.remote);
+  return execute(setup, run + ":/config", run, options.quiet, true, options.force, options.remote);
 }
 
 Subcommand add_run_subcommand(CLI::App& app) {
@@ -414,9 +396,6 @@ Subcommand add_resume_subcommand(CLI::App& app) {
   cmd->add_flag("--force", o->force,
                        "resume although the experiment now resolves differently (another plugin build, data set or "
                        "model) or the resource estimate exceeds this machine (recorded in the log)");
-  cmd->add_flag("--or-restart", o->or_restart,
-                "where the last checkpoint cannot be read (missing, cut short, another run's), run the experiment "
-                "again from round 0 into the same log instead of failing");
   add_remote_options(*cmd, o->remote);
   return {cmd, [o] { return resume_command(*o); }};
 }

@@ -1,8 +1,8 @@
 // fax-run sweep: trials of an experiment as child fax-run processes, a sweep index, a summary.
 //
-// Each trial is `fax-run run` (or `fax-run resume --or-restart`, for a trial an interrupted sweep
-// left behind) in its own process, writing <dir>/<trial>.h5 with its output in <dir>/<trial>.log:
-// a trial that crashes or diverges fails alone. The sweep holds <dir>/sweep.lock; the children inherit the
+// Each trial is `fax-run run` (or `fax-run resume`, for a trial an interrupted sweep left behind
+// with its checkpoints) in its own process, writing <dir>/<trial>.h5 with its output in
+// <dir>/<trial>.log: a trial that crashes or diverges fails alone. The sweep holds <dir>/sweep.lock; the children inherit the
 // lock, so a sweep resumed after a kill -9 waits until the old trials (stopped by their parent's
 // death signal, checkpointed) have let go of the directory.
 
@@ -69,8 +69,14 @@ std::vector<std::pair<std::string, double>> final_metrics(const std::string& run
   return out;
 }
 
-bool readable_run_log(const std::string& path) {
-  if (!fs::exists(path)) return false;
+// A pending trial continues from its log where the log's checkpoint folder is there too. One that
+// came without it (a harvested sweep leaves checkpoints behind) runs again from round 0, replacing
+// the log: runs are deterministic, so only time is lost. A folder that is there but unreadable (a
+// dangling link to storage that is away) is resumed, and the trial fails saying why, its
+// checkpoints kept.
+bool resumable_run_log(const std::string& path) {
+  std::error_code ec;
+  if (fs::symlink_status(RunLogReader::checkpoint_folder(path), ec).type() == fs::file_type::not_found) return false;
   try {
     RunLogReader log(path);
     return true;
@@ -404,16 +410,15 @@ int sweep_command(const SweepOptions& options) {
     for (const auto& d : options.plugin_dirs) args.insert(args.end(), {"--plugin-dir", d});
     return args;
   };
-  // --or-restart: a log whose checkpoints did not come with it (a harvested sweep) starts again.
   auto resume_args = [&](size_t i) {
-    std::vector<std::string> args = {"resume", trial_path(index.trials[i].name, ".h5"), "-q", "--or-restart"};
+    std::vector<std::string> args = {"resume", trial_path(index.trials[i].name, ".h5"), "-q"};
     for (const auto& d : options.plugin_dirs) args.insert(args.end(), {"--plugin-dir", d});
     return args;
   };
   // Trials stopped part-way first (they hold a checkpoint), then launch_order's.
   std::vector<size_t> order = launch_order(spec, trials.size());
   std::stable_partition(order.begin(), order.end(), [&](size_t i) {
-    return index.trials[i].status == "pending" && readable_run_log(trial_path(index.trials[i].name, ".h5"));
+    return index.trials[i].status == "pending" && resumable_run_log(trial_path(index.trials[i].name, ".h5"));
   });
   bool stopping = false;
   if (on_slurm) {
@@ -465,7 +470,13 @@ int sweep_command(const SweepOptions& options) {
       const size_t next = order[position++];
       TrialRecord& t = index.trials[next];
       if (t.status != "pending") continue;
-      std::vector<std::string> args = readable_run_log(trial_path(t.name, ".h5")) ? resume_args(next) : run_args(next);
+      const std::string log = trial_path(t.name, ".h5");
+      const bool resume = resumable_run_log(log);
+      if (!resume && fs::exists(log) && !options.quiet) {
+        std::printf("%s: its log has no checkpoint folder beside it (%s); running it from round 0\n", t.name.c_str(),
+                    RunLogReader::checkpoint_folder(log).c_str());
+      }
+      std::vector<std::string> args = resume ? resume_args(next) : run_args(next);
       args.insert(args.begin(), self);
       running[launch(args, trial_path(t.name, ".log"))] = {next, Clock::now()};
       t.status = "running";

@@ -52,7 +52,7 @@ def read(path, shown):
             status = [s.decode() for s in f["trials/status"][()]]
             # What fax-run sweep holds fixed on resume (the experiment's text may change in comments).
             settings = (f["sweep/base"][()], names, list(f["trials/overrides"][()]))
-    except (OSError, KeyError, AttributeError, TypeError) as e:
+    except (OSError, KeyError, AttributeError, TypeError, ValueError) as e:
         sys.exit(f"{shown}: not a readable sweep index ({e})")
     if len(names) != len(status):
         sys.exit(f"{shown}: not a sweep index ({len(names)} trial names, {len(status)} statuses)")

@@ -19,7 +19,7 @@ namespace {
 using namespace h5::detail;
 namespace fs = std::filesystem;
 
-std::string checkpoint_dir(const std::string& path) { return path + ".checkpoints"; }
+std::string checkpoint_dir(const std::string& path) { return RunLogReader::checkpoint_folder(path); }
 
 // The checkpoint folder as a link from the log names it: relative to the log's own directory, so
 // the log and its checkpoints can move together.
@@ -382,6 +382,8 @@ std::vector<int64_t> RunLogReader::checkpoint_rounds() const {
   std::sort(rounds.begin(), rounds.end());
   return rounds;
 }
+
+std::string RunLogReader::checkpoint_folder(const std::string& log) { return log + ".checkpoints"; }
 
 std::string RunLogReader::checkpoint_name(int64_t round, const std::string& run_id) {
   return run_id.empty() ? fmt::format("round-{:08d}.h5", round) : fmt::format("round-{:08d}-{}.h5", round, run_id);

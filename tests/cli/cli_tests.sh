@@ -1187,8 +1187,13 @@ PY
     [[ $(ls -A "$harvest" | sort) == $(echo "$expected" | sort) ]] || fail "harvest holds: $(ls -A "$harvest")"
     for f in $expected; do cmp -s "$dir/$f" "$harvest/$f" || fail "the harvested $f differs"; done
     rm -rf "$WORK/early.sweep" && cp -r "$harvest" "$WORK/early.sweep"
+    run_id() { "$PYTHON" -c 'import sys, h5py; print(h5py.File(sys.argv[1])["env"].attrs["run_id"])' "$1"; }
+    cut_run=$([[ -n $cut && -d $dir/$cut.h5.checkpoints ]] && run_id "$dir/$cut.h5" || true)
     run_expect 0 "" -- "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$dir" --executors 2
     grep -q "resuming: $(echo "$finished" | wc -w) done" "$WORK/stdout" || fail "no resume line: $(cat "$WORK/stdout")"
+    # A cut-off trial with its checkpoints goes on from them: the same run (a new one has a new id).
+    [[ -z $cut_run ]] || { [[ $(run_id "$dir/$cut.h5") == "$cut_run" ]] && ! grep -q "^$cut: .*from round 0" "$WORK/stdout"; } \
+      || fail "$cut ran again instead of resuming: $(cat "$WORK/stdout")"
     for t in $finished; do
       ! grep -q "] $t " "$WORK/stdout" || fail "finished $t ran again: $(cat "$WORK/stdout")"
     done
@@ -1264,21 +1269,13 @@ PY
     rm -rf "$WORK/alone" && mkdir "$WORK/alone"
     # shellcheck disable=SC2086
     run_expect 0 "" -- "$FAX_RUN" run "$WORK/sweep.yaml" -q -o "$WORK/alone/$cut.h5" $overrides
-    # A log whose checkpoints stayed behind: plain resume refuses it, --or-restart runs it again
-    # from round 0 into the same log, bit-identical (compared below).
-    rm -rf "$WORK/moved" && mkdir "$WORK/moved" && cp "$WORK/alone/$cut.h5" "$WORK/moved/"
-    run_expect 2 "moved/$cut\.h5: the checkpoint of round 40 is missing: no regular file" -- \
-      "$FAX_RUN" resume "$WORK/moved/$cut.h5" -q
-    cmp -s "$WORK/alone/$cut.h5" "$WORK/moved/$cut.h5" || fail "a refused resume changed the log"
-    run_expect 0 "" -- "$FAX_RUN" resume "$WORK/moved/$cut.h5" -q --or-restart
-    grep -q "the checkpoint of round 40 is missing: .*; running it again from round 0 (--or-restart)" "$WORK/stderr" \
-      || fail "no restart warning: $(cat "$WORK/stderr")"
-    # The harvest continues elsewhere with the same command: its cut-off trial starts again (here
-    # from a log that came without its checkpoints), and every trial ends as in the sweep that
-    # resumed from checkpoints.
+    # The harvest continues elsewhere with the same command: its cut-off trial starts again from
+    # round 0 (here from a log that came without its checkpoint folder, which it replaces), and
+    # every trial ends as in the sweep that resumed from checkpoints.
     cp "$WORK/alone/$cut.h5" "$harvest/"
     run_expect 0 "" -- "$FAX_RUN" sweep "$WORK/sweep.yaml" -o "$harvest" --executors 2
-    grep -q "running it again from round 0 (--or-restart)" "$harvest/$cut.log" || fail "$cut: $(cat "$harvest/$cut.log")"
+    grep -qxF "$cut: its log has no checkpoint folder beside it ($harvest/$cut.h5.checkpoints); running it from round 0" \
+      "$WORK/stdout" || fail "no restart line: $(cat "$WORK/stdout")"
     grep -q "resuming: $(echo "$finished" | wc -w) done" "$WORK/stdout" || fail "harvest: $(cat "$WORK/stdout")"
     "$PYTHON" - "$dir/sweep.h5" "$harvest/sweep.h5" <<'PY' || fail "the continued harvest ends otherwise"
 import sys, h5py, numpy as np
@@ -1317,8 +1314,8 @@ PY
     harvest_to 1 "second\.sweep/sweep\.h5 is ahead of the sweep: trial-[0-9]{4} is done there, not in it" \
       "$WORK/early.sweep" "$second"
     [[ $(cd "$second" && ls -A && sha256sum ./*) == "$state" ]] || fail "a refused harvest changed $second"
-    "$PYTHON" - "$dir/$cut.h5" "$WORK/alone/$cut.h5" "$WORK/moved/$cut.h5" <<'PY' \
-      || fail "$cut differs from the same run made alone or restarted"
+    "$PYTHON" - "$dir/$cut.h5" "$WORK/alone/$cut.h5" "$harvest/$cut.h5" <<'PY' \
+      || fail "$cut differs from the same run made alone or started again in the harvest"
 import sys, h5py, numpy as np
 a = h5py.File(sys.argv[1])
 names = []

@@ -309,6 +309,7 @@ TEST(SweepTableTest, RowsColumnsSeedsAndTunedSettings) {
 
 TEST(SweepTableTest, Durations) {
   EXPECT_EQ(format_duration(8.24), "8.2 s");
+  EXPECT_EQ(format_duration(59.96), "1 min 0 s");  // not "60.0 s"
   EXPECT_EQ(format_duration(104.4), "1 min 44 s");
   EXPECT_EQ(format_duration(3599.4), "59 min 59 s");
   EXPECT_EQ(format_duration(7170), "2 h 0 min");  // rounded to the minute, not "1 h 60 min"

@@ -114,7 +114,7 @@ void add_once(std::vector<std::string>& order, const std::string& label) {
 }  // namespace
 
 std::string format_duration(double seconds) {
-  if (seconds < 60) return fmt::format("{:.1f} s", seconds);
+  if (std::round(seconds * 10) < 600) return fmt::format("{:.1f} s", seconds);  // not "60.0 s"
   const auto whole = static_cast<int64_t>(std::llround(seconds));
   if (whole < 3600) return fmt::format("{} min {} s", whole / 60, whole % 60);
   const int64_t minutes = (whole + 30) / 60;

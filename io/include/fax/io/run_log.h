@@ -100,6 +100,8 @@ class RunLogReader {
   /// The state after `round`, read from the file the log links to, which must be that round's
   /// checkpoint of this run in the log's own checkpoint folder (nothing found elsewhere is used).
   TensorTree checkpoint(int64_t round) const;
+  /// The folder beside the log at `log` that holds its checkpoints (<log>.checkpoints).
+  static std::string checkpoint_folder(const std::string& log);
   /// The file name a checkpoint of `round` has in the checkpoint folder of a run with this id
   /// ("" for logs written before run ids: round-<8 digits>.h5).
   static std::string checkpoint_name(int64_t round, const std::string& run_id);

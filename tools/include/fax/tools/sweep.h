@@ -144,7 +144,7 @@ int64_t best_trial(const SweepIndex& index);
 /// when it has fewer seeds than the fullest cell. A cell whose trials differ in other keys (FedProx's
 /// mu) shows its best setting, tuned as the index's mode says, and names it. "-" for no result.
 /// With `minutes`, a cell holds the wall time of that setting's trials instead, in minutes (mean +-
-/// std over seeds; `scale` is ignored): what each cell of a sweep costs.
+/// std over seeds, attempts cut off included; `scale` is ignored).
 std::string sweep_table(const SweepIndex& index, const std::string& rows, const std::string& cols, double scale,
                         bool minutes = false);
 /// "8.2 s", "1 min 44 s", "3 h 20 min".
