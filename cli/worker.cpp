@@ -66,6 +66,7 @@ int worker_command(const WorkerCommandOptions& options) {
     WorkerSetup ws;
     ws.threads = static_cast<int>(config.get_int("execution.threads"));
     ws.vectorize = w->experiment->mesh_options().vectorize;  // the model may choose it
+    ws.flush_denormals = w->experiment->mesh_options().flush_denormals;
     ws.identity = experiment_identity(w->setup, *w->data, *w->model);
     Experiment* e = w->experiment.get();
     ws.run = [e](Program& p, TaskKind kind, const TensorTree& input) {

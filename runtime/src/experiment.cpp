@@ -81,6 +81,10 @@ Schema experiment_schema() {
                  "local SGD steps the first dense layer of mlp, softmax_regression and cnn in factored form: large "
                  "shared matrix products instead of small per-client ones and no per-client weight updates (same "
                  "maths, other rounding); false: plain autograd steps"));
+  s.add(bool_key("execution.flush_denormals", "true",
+                 "executors flush subnormal floats to zero (FTZ/DAZ, as TensorFlow does): a saturated model's "
+                 "gradients are full of them, which some x86 cores run several times slower; false: IEEE gradual "
+                 "underflow (may round otherwise where a result is subnormal)"));
   for (ConfigKey& key : aggregation_schema()) s.add(std::move(key));
   for (ConfigKey& key : clock_schema()) s.add(std::move(key));
   s.add(int_key("logging.eval_every", "10", "evaluate on the test split every K rounds (and after the last); 0: last only", 0));
@@ -102,6 +106,7 @@ int automatic_threads(int64_t logical_shards) {
 MeshOptions mesh_options(const Config& config) {
   MeshOptions o;
   o.vectorize = config.get_int("execution.vectorize");
+  o.flush_denormals = config.get_bool("execution.flush_denormals");
   o.logical_shards = config.get_int("execution.logical_shards");
   o.threads_per_executor = static_cast<int>(config.get_int("execution.threads"));
   if (o.threads_per_executor == 0) o.threads_per_executor = automatic_threads(o.logical_shards);

@@ -1,4 +1,6 @@
 #include <atomic>
+#include <cmath>
+#include <limits>
 #include <thread>
 
 #include <ATen/Parallel.h>
@@ -176,6 +178,25 @@ TEST(Mesh, ValidatesOptionsAndCohort) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("executor 1 holds no clients"), std::string::npos) << e.what();
   }
+}
+
+// Executors flush subnormal results to zero unless told not to: a quarter of the smallest normal
+// float is 2^-128, subnormal.
+TEST(Mesh, FlushesSubnormalsToZeroOnItsExecutors) {
+  const float tiny = std::numeric_limits<float>::min();
+  for (const bool flush : {true, false}) {
+    MeshOptions options{2, 2};
+    options.flush_denormals = flush;
+    Mesh mesh(options);
+    const at::Tensor out = mesh.run(Cohort::range(4), [&](Program& p) {
+      return collect(map_clients([](const ClientChunk&, const at::Tensor& rows) { return rows * 0.25f; },
+                                 p.local_rows(at::full({4, 3}, tiny))));
+    }).value();
+    const float expected = flush ? 0.0f : std::ldexp(1.0f, -128);
+    EXPECT_TRUE(out.eq(expected).all().item<bool>()) << "flush " << flush << ": " << out;
+  }
+  // The caller's own thread keeps its mode.
+  EXPECT_NE((at::full({1}, tiny) * 0.25f).item<float>(), 0.0f);
 }
 
 TEST(Mesh, AFailingExecutorReleasesTheOthers) {

@@ -102,6 +102,8 @@ struct Mesh::Impl {
   }
 
   void loop(int rank) {
+    // Per thread, set before any intra-op thread is made: those inherit it.
+    at::globalContext().setFlushDenormal(options.flush_denormals);
     // Each executor owns a fixed intra-op budget; with OpenMP the setting is per thread.
     at::set_num_threads(options.threads_per_executor);
     uint64_t seen = 0;

@@ -86,6 +86,11 @@ struct MeshOptions {
   int threads_per_executor = 1;
   /// Clients per map_clients chunk (0: a whole logical shard).
   int64_t vectorize = 0;
+  /// Executor threads flush subnormal floats to zero (x86's FTZ and DAZ, as TensorFlow's threads
+  /// do): a saturated model's gradients are full of them, and some x86 cores take microcode
+  /// assists on each (experiments/bench/RESULTS.md has the measurement). Part of the experiment: it may
+  /// change rounding where a result is subnormal.
+  bool flush_denormals = true;
 };
 
 namespace detail {
