@@ -181,19 +181,22 @@ TEST(Mesh, ValidatesOptionsAndCohort) {
 }
 
 // Executors flush subnormal results to zero unless told not to: a quarter of the smallest normal
-// float is 2^-128, subnormal.
+// float is 2^-128, subnormal. With 2 intra-op threads the product (2 x 65536 elements a chunk)
+// is split between them: the second thread has the executor's mode too.
 TEST(Mesh, FlushesSubnormalsToZeroOnItsExecutors) {
   const float tiny = std::numeric_limits<float>::min();
-  for (const bool flush : {true, false}) {
-    MeshOptions options{2, 2};
-    options.flush_denormals = flush;
-    Mesh mesh(options);
-    const at::Tensor out = mesh.run(Cohort::range(4), [&](Program& p) {
-      return collect(map_clients([](const ClientChunk&, const at::Tensor& rows) { return rows * 0.25f; },
-                                 p.local_rows(at::full({4, 3}, tiny))));
-    }).value();
-    const float expected = flush ? 0.0f : std::ldexp(1.0f, -128);
-    EXPECT_TRUE(out.eq(expected).all().item<bool>()) << "flush " << flush << ": " << out;
+  for (const int threads : {1, 2}) {
+    for (const bool flush : {true, false}) {
+      MeshOptions options{2, 2, threads};
+      options.flush_denormals = flush;
+      Mesh mesh(options);
+      const at::Tensor out = mesh.run(Cohort::range(4), [&](Program& p) {
+        return collect(map_clients([](const ClientChunk&, const at::Tensor& rows) { return rows * 0.25f; },
+                                   p.local_rows(at::full({4, 65536}, tiny))));
+      }).value();
+      const float expected = flush ? 0.0f : std::ldexp(1.0f, -128);
+      EXPECT_TRUE(out.eq(expected).all().item<bool>()) << threads << " threads, flush " << flush;
+    }
   }
   // The caller's own thread keeps its mode.
   EXPECT_NE((at::full({1}, tiny) * 0.25f).item<float>(), 0.0f);
