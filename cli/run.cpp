@@ -137,6 +137,7 @@ std::unique_ptr<Coordinator> start_coordinator(const RemoteFlags& remote, const 
   o.handshake_s = remote.handshake_s;
   o.collectives = remote.collectives == "gloo" ? Collectives::gloo : Collectives::tensorpipe;
   o.experiment = config_to_yaml(config);
+  o.flush_denormals = config.get_bool("execution.flush_denormals");
   o.identity = std::move(identity);
   if (!quiet) {
     o.log = [](const std::string& line) {
@@ -372,7 +373,11 @@ int resume_command(const ResumeOptions& options) {
   const PluginLoader loader(options.plugin_dirs);
   // The run log holds the resolved experiment: resolving it again rebuilds the same run.
   const std::string config_text = RunLogReader(run).config();
-  const ExperimentSetup setup = resolve_experiment(parse_config(config_text, run + ":/config"), loader);
+  Config config = parse_config(config_text, run + ":/config");
+  // A log from before execution.flush_denormals ran with IEEE gradual underflow: it goes on so.
+  if (!config.has("execution.flush_denormals"))
+    config.set("execution.flush_denormals", "false", ConfigOrigin{run + ":/config (written before the key)", 0, 0});
+  const ExperimentSetup setup = resolve_experiment(std::move(config), loader);
   return execute(setup, run + ":/config", run, options.quiet, true, options.force, options.remote);
 }
 

@@ -2,6 +2,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include <ATen/Context.h>
 #include <CLI/CLI.hpp>
 
 #include <fax/base/error.h>
@@ -58,6 +59,9 @@ int worker_command(const WorkerCommandOptions& options) {
     auto w = std::make_shared<WorkerExperiment>();
     w->setup = resolve_experiment(parse_config(experiment, options.connect + ":/config"), loader);
     const Config& config = w->setup.config;
+    // This thread runs the tasks. Its mode is set before the data set and model are built: their
+    // kernels start its OpenMP team, whose threads keep the mode they start with.
+    at::globalContext().setFlushDenormal(config.get_bool("execution.flush_denormals"));
     w->data = w->setup.dataset->create(config);
     w->model = w->setup.model->create(config, model_shape(*w->data));
     w->algorithm = w->setup.plugin->create();
@@ -66,7 +70,6 @@ int worker_command(const WorkerCommandOptions& options) {
     WorkerSetup ws;
     ws.threads = static_cast<int>(config.get_int("execution.threads"));
     ws.vectorize = w->experiment->mesh_options().vectorize;  // the model may choose it
-    ws.flush_denormals = w->experiment->mesh_options().flush_denormals;
     ws.identity = experiment_identity(w->setup, *w->data, *w->model);
     Experiment* e = w->experiment.get();
     ws.run = [e](Program& p, TaskKind kind, const TensorTree& input) {

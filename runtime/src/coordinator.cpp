@@ -658,6 +658,12 @@ std::vector<TensorTree> Coordinator::run(TaskKind kind, RoundInfo info, const Co
     OneThread() { at::set_num_threads(1); }
     ~OneThread() { at::set_num_threads(before); }
   } one_thread;
+  // Summed in the executors' floating-point mode, as local executors sum; the caller's thread gets
+  // IEEE gradual underflow back.
+  struct Mode {
+    explicit Mode(bool flush) { at::globalContext().setFlushDenormal(flush); }
+    ~Mode() { at::globalContext().setFlushDenormal(false); }
+  } mode(impl_->options.flush_denormals);
   return impl_->run(kind, info, cohort, logical_shards, input);
 }
 

@@ -82,9 +82,10 @@ Schema experiment_schema() {
                  "shared matrix products instead of small per-client ones and no per-client weight updates (same "
                  "maths, other rounding); false: plain autograd steps"));
   s.add(bool_key("execution.flush_denormals", "true",
-                 "executors flush subnormal floats to zero (FTZ/DAZ, as TensorFlow does): a saturated model's "
-                 "gradients are full of them, which some x86 cores run several times slower; false: IEEE gradual "
-                 "underflow (may round otherwise where a result is subnormal)"));
+                 "client work (executors, remote workers, the coordinator's sums) flushes subnormal numbers to "
+                 "zero (FTZ/DAZ, as TensorFlow does): a saturated model's gradients are full of them, which some "
+                 "x86 cores run several times slower; false: IEEE gradual underflow (may round otherwise where a "
+                 "result is subnormal)"));
   for (ConfigKey& key : aggregation_schema()) s.add(std::move(key));
   for (ConfigKey& key : clock_schema()) s.add(std::move(key));
   s.add(int_key("logging.eval_every", "10", "evaluate on the test split every K rounds (and after the last); 0: last only", 0));

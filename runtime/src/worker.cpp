@@ -253,7 +253,6 @@ void run_worker(const WorkerOptions& o, const std::function<WorkerSetup(const st
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     throw;
   }
-  at::globalContext().setFlushDenormal(ws.flush_denormals);
   at::set_num_threads(ws.threads);
   connection->send(Frame(Kind::ready).s(ws.identity));
   log_line(o.log, fmt::format("ready ({} intra-op threads)", ws.threads));

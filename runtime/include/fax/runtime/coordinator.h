@@ -31,6 +31,9 @@ struct CoordinatorOptions {
   Collectives collectives = Collectives::tensorpipe;
   /// The resolved experiment (YAML) every worker loads.
   std::string experiment;
+  /// The floating-point mode of the coordinator's own sums (TensorPipe allreduces), as the
+  /// executors' (MeshOptions::flush_denormals).
+  bool flush_denormals = true;
   /// What the experiment resolves to here (algorithm build, data, model; see WorkerSetup): a worker
   /// whose setup reports something else would not compute the same bits, and is refused. Empty:
   /// not checked.

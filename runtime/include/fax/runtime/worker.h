@@ -25,7 +25,6 @@ struct WorkerOptions {
 struct WorkerSetup {
   int threads = 1;         ///< LibTorch intra-op threads of the executor
   int64_t vectorize = 0;   ///< clients per map_clients chunk
-  bool flush_denormals = true;  ///< as MeshOptions::flush_denormals, for the thread that runs tasks
   std::string identity;    ///< compared with CoordinatorOptions::identity
   TaskFn run;
   std::shared_ptr<void> keep_alive;  ///< whatever `run` refers to (data set, model, plugin)
