@@ -472,7 +472,8 @@ int sweep_command(const SweepOptions& options) {
       if (t.status != "pending") continue;
       const std::string log = trial_path(t.name, ".h5");
       const bool resume = resumable_run_log(log);
-      if (!resume && fs::exists(log) && !options.quiet) {
+      // Only where the folder is what is missing (an unreadable log fails in `run`, saying why).
+      if (!resume && fs::exists(log) && !fs::exists(RunLogReader::checkpoint_folder(log)) && !options.quiet) {
         std::printf("%s: its log has no checkpoint folder beside it (%s); running it from round 0\n", t.name.c_str(),
                     RunLogReader::checkpoint_folder(log).c_str());
       }
